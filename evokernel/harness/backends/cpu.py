@@ -1,0 +1,104 @@
+"""CPU backend: fp32 numpy buffers, a float64 reference, wall-clock timing with a cache flush."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import time
+
+import numpy as np
+
+from evokernel.harness.backends import AttentionParams, Inputs, load_entry
+from evokernel.harness.tasks import Scenario
+
+FLUSH_BYTES = 32 << 20
+
+
+def _draw(rng: np.random.Generator, shape: tuple, distribution: str) -> np.ndarray:
+    if distribution == "normal":
+        return rng.standard_normal(shape, dtype=np.float32)
+    return (rng.standard_normal(shape, dtype=np.float32) * 2.0 + 0.5).astype(np.float32)
+
+
+def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scenario: Scenario, scale: float,
+                        dtype) -> np.ndarray:
+    """Plain attention in `dtype`; layout [batch, seqlen, heads, head_dim]; masked rows give zeros."""
+    s = scenario
+    group = s.heads_q // s.heads_kv
+    qt = q.astype(dtype).transpose(0, 2, 1, 3)  # b h s d
+    kt = np.repeat(k.astype(dtype).transpose(0, 2, 1, 3), group, axis=1)
+    vt = np.repeat(v.astype(dtype).transpose(0, 2, 1, 3), group, axis=1)
+    scores = (qt @ kt.transpose(0, 1, 3, 2)) * dtype(scale)
+    if s.causal:
+        rows = np.arange(s.seqlen_q)[:, None] + (s.seqlen_k - s.seqlen_q)
+        scores = np.where(np.arange(s.seqlen_k)[None, :] <= rows, scores, -np.inf)
+    peak = scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores - np.where(np.isfinite(peak), peak, 0))
+    total = weights.sum(axis=-1, keepdims=True)
+    out = np.where(total > 0, (weights @ vt) / np.where(total > 0, total, 1), 0)
+    return out.transpose(0, 2, 1, 3).astype(dtype)
+
+
+class Backend:
+    def __init__(self) -> None:
+        self.flush = np.zeros(FLUSH_BYTES // 4, dtype=np.float32)
+        self.references: dict[int, tuple] = {}
+
+    def device_name(self) -> str:
+        return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+    def load(self, path):
+        return load_entry(path, [ctypes.POINTER(AttentionParams)])
+
+    def baseline(self, name: str):
+        raise ValueError(f"the CPU backend has no library baseline '{name}'")
+
+    def supports(self, fn, inputs: Inputs) -> bool:
+        return True
+
+    def make_inputs(self, scenario: Scenario, seed: int, distribution: str, scale: float) -> Inputs:
+        rng = np.random.default_rng(seed)
+        s = scenario
+        q = _draw(rng, (s.batch, s.seqlen_q, s.heads_q, s.head_dim), distribution)
+        k = _draw(rng, (s.batch, s.seqlen_k, s.heads_kv, s.head_dim), distribution)
+        v = _draw(rng, (s.batch, s.seqlen_k, s.heads_kv, s.head_dim), distribution)
+        o = np.full((s.batch, s.seqlen_q, s.heads_q, s.head_dim), np.nan, dtype=np.float32)
+        return Inputs(scenario, scale, q, k, v, o)
+
+    def refill(self, inputs: Inputs, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for array in (inputs.q, inputs.k, inputs.v):
+            array[...] = _draw(rng, array.shape, "normal")
+
+    def snapshot(self, inputs: Inputs) -> tuple:
+        return inputs.q.copy(), inputs.k.copy(), inputs.v.copy()
+
+    def unchanged(self, inputs: Inputs, snapshot: tuple) -> bool:
+        return all(np.array_equal(a, b) for a, b in zip((inputs.q, inputs.k, inputs.v), snapshot))
+
+    def call(self, fn, inputs: Inputs) -> int:
+        params = inputs.params(lambda a: a.ctypes.data)
+        return fn(ctypes.byref(params))
+
+    def run(self, fn, inputs: Inputs) -> tuple[int, np.ndarray]:
+        inputs.o.fill(np.nan)  # poison: unwritten elements stay NaN
+        rc = self.call(fn, inputs)
+        return rc, inputs.o.astype(np.float64)
+
+    def time_call(self, fn, inputs: Inputs) -> float:
+        self.flush += 1.0  # evict the inputs from the caches
+        start = time.perf_counter()
+        self.call(fn, inputs)
+        return (time.perf_counter() - start) * 1e3
+
+    def reference(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+        args = (inputs.q, inputs.k, inputs.v, inputs.scenario, inputs.scale)
+        return attention_reference(*args, np.float64), attention_reference(*args, np.float32).astype(np.float64)
+
+    def audit(self, fn, inputs: Inputs) -> str | None:
+        return None  # the static guard refuses threads that outlive the call
+
+    def release(self, inputs: Inputs) -> None:
+        for array in (inputs.q, inputs.k, inputs.v, inputs.o):
+            array.fill(np.nan)  # a kernel that kept a pointer reads NaN from now on

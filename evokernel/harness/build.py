@@ -1,0 +1,102 @@
+"""Build a single-file candidate into a shared object: no torch headers, cached by content hash.
+
+Compilers run with a time limit and an environment without secrets; their output is kept
+(trimmed) so that a repair prompt can show it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from evokernel.harness.sandbox import clean_environment
+
+LOG_LIMIT = 6000
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    library: Path | None
+    log: str
+    seconds: float
+    cached: bool = False
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("EVOKERNEL_CACHE", Path.home() / ".cache" / "evokernel")) / "build"
+
+
+@lru_cache(maxsize=None)
+def cuda_arch_flags() -> tuple[str, ...]:
+    """Target the GPU that is present (sm_90a on Hopper, for wgmma and setmaxnreg)."""
+    arch = os.environ.get("EVOKERNEL_CUDA_ARCH")
+    if not arch:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20, check=False).stdout
+            arch = out.split()[0].replace(".", "") if out.strip() else "90"
+        except (OSError, subprocess.TimeoutExpired):
+            arch = "90"
+        arch = arch + "a" if arch in ("90", "100", "120") else arch
+    return (f"-gencode=arch=compute_{arch},code=sm_{arch}",)
+
+
+def compile_command(language: str, source: Path, include_dir: Path, output: Path) -> list[str]:
+    if language == "cuda":
+        return ["nvcc", "-O3", "-std=c++17", *cuda_arch_flags(), "-Xptxas", "-v", "-lineinfo",
+                "-shared", "-Xcompiler", "-fPIC", "-I", str(include_dir), "-o", str(output), str(source)]
+    if language == "c":
+        compiler = os.environ.get("CC", "gcc")
+        return [compiler, "-O3", "-march=native", "-fopenmp", "-std=c11", "-shared", "-fPIC", "-Wall",
+                "-I", str(include_dir), "-o", str(output), str(source)]
+    raise ValueError(f"no compiler for language {language!r}")
+
+
+def _trim(log: str) -> str:
+    if len(log) <= LOG_LIMIT:
+        return log
+    half = LOG_LIMIT // 2
+    return log[:half] + "\n... [trimmed] ...\n" + log[-half:]
+
+
+def build(source: str, language: str, header: Path, timeout_s: float = 180.0) -> BuildResult:
+    """Compile `source` (text) against the task's ABI header; reuse an earlier build of the same input."""
+    suffix = ".cu" if language == "cuda" else ".c"
+    probe = compile_command(language, Path("kernel" + suffix), header.parent, Path("kernel.so"))
+    key = hashlib.sha256("\0".join([source, header.read_text(), *probe]).encode()).hexdigest()[:24]
+    directory = cache_root() / key
+    library = directory / "kernel.so"
+    log_file = directory / "build.log"
+    if library.exists():
+        return BuildResult(True, library, log_file.read_text() if log_file.exists() else "", 0.0, cached=True)
+    scratch = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    (scratch / ("kernel" + suffix)).write_text(source)
+    command = compile_command(language, scratch / ("kernel" + suffix), header.parent, scratch / "kernel.so")
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=scratch,
+                              env=clean_environment(), check=False)
+        log, ok = _trim((proc.stdout + proc.stderr).strip()), proc.returncode == 0
+    except subprocess.TimeoutExpired:
+        log, ok = f"compile timed out after {timeout_s:.0f} s", False
+    except FileNotFoundError:
+        log, ok = f"compiler '{command[0]}' not found on this machine", False
+    seconds = time.perf_counter() - start
+    (scratch / "build.log").write_text(log)
+    if not ok:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return BuildResult(False, None, log, seconds)
+    try:
+        scratch.rename(directory)
+    except OSError:  # another process built the same source meanwhile
+        shutil.rmtree(scratch, ignore_errors=True)
+    return BuildResult(True, library, log, seconds)

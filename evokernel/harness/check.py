@@ -1,0 +1,126 @@
+"""`check_kernel`: guard -> build -> verify -> time -> score, for one candidate on one task."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from evokernel.errors import BadInput
+from evokernel.harness import guard
+from evokernel.harness.build import BuildResult, build
+from evokernel.harness.report import CheckReport, ScenarioResult, geomean
+from evokernel.harness.sandbox import run_worker
+from evokernel.harness.tasks import Task, get_task
+
+
+@dataclass
+class CheckOptions:
+    """How hard to look: trials per scenario, timing rounds, limits."""
+
+    scenario_set: str = "quick"
+    speed_reference: str = "original"  # "original", a kernel file, or a library baseline (cudnn, flash)
+    baselines: bool = False
+    seed: int | None = None  # None: drawn at evaluation time
+    trials: int = 3
+    rounds: int | None = None  # None: the backend's default
+    warmup: int = 2
+    keep_going: bool = False  # check every scenario even after one fails
+    time_kernels: bool = True
+    timeout_s: float = 600.0
+    compile_timeout_s: float = 180.0
+
+
+DEFAULT_ROUNDS = {"cpu": 7, "cuda": 30}
+
+
+def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | None, str | None]:
+    """Guard and build a kernel source; returns (build, refusal reason)."""
+    reason = guard.check_source(source, task.language, task.header.name)
+    if reason:
+        return None, reason
+    result = build(source, task.language, task.header)
+    if not result.ok:
+        first = next((line for line in result.log.splitlines() if "error" in line.lower()), result.log[:200])
+        return result, f"{label} does not compile: {first.strip()}"
+    if task.language == "c":
+        reason = guard.check_shared_object(result.library)
+        if reason:
+            return result, reason
+    return result, None
+
+
+def _resolve_speed_reference(task: Task, speed_reference: str) -> str:
+    """Turn the user's speed reference into what the worker loads (a .so path or a baseline name)."""
+    if speed_reference == "original":
+        return "original"
+    if speed_reference in task.library_baselines:
+        return speed_reference
+    path = Path(speed_reference)
+    if not path.is_file():
+        known = ", ".join(["original", *task.library_baselines, "or a kernel file"])
+        raise BadInput(f"--original '{speed_reference}' is neither a file nor a baseline of {task.name} ({known})")
+    result, reason = build_checked(path.read_text(), task, f"speed reference {path}")
+    if reason:
+        raise BadInput(f"speed reference {path}: {reason}")
+    return str(result.library)
+
+
+def check_source(source: str, task: Task | str, options: CheckOptions | None = None,
+                 kernel_name: str = "<source>") -> CheckReport:
+    """Check kernel source text; never raises for a bad kernel (only for bad options)."""
+    options = options or CheckOptions()
+    task = get_task(task) if isinstance(task, str) else task
+    scenarios = task.scenarios(options.scenario_set)
+    speed = _resolve_speed_reference(task, options.speed_reference)
+    for name in ([*task.library_baselines] if options.baselines else []):
+        if name not in task.library_baselines:
+            raise BadInput(f"task {task.name} has no baseline '{name}'")
+    seed = options.seed if options.seed is not None else int.from_bytes(__import__("os").urandom(4), "little")
+    report = CheckReport(task=task.name, kernel=kernel_name, scenario_set=options.scenario_set, seed=seed,
+                         speed_reference=options.speed_reference)
+    started = time.perf_counter()
+    candidate, reason = build_checked(source, task, "candidate")
+    if candidate:
+        report.build_seconds, report.build_log = round(candidate.seconds, 3), candidate.log
+    if reason:
+        report.check_seconds = round(time.perf_counter() - started, 3)
+        return report.reject(reason)
+    original, reason = build_checked(task.original.read_text(), task, "the task's original kernel")
+    if reason:
+        raise RuntimeError(f"{task.name}: {reason}")  # a broken installation, not a bad candidate
+    request = {
+        "backend": task.backend, "candidate": str(candidate.library), "original": str(original.library),
+        "speed_reference": speed, "baselines": list(task.library_baselines) if options.baselines else [],
+        "scenarios": [asdict(s) for s in scenarios], "seed": seed, "trials": options.trials,
+        "rounds": options.rounds or DEFAULT_ROUNDS[task.backend], "warmup": options.warmup,
+        "keep_going": options.keep_going, "time": options.time_kernels,
+        "tolerance": {"factor": task.tolerance_factor, "floor": task.tolerance_floor},
+        "floors_ms": [task.roofline_floor_ms(s) for s in scenarios],
+    }
+    outcome = run_worker(request, options.timeout_s)
+    report.check_seconds = round(time.perf_counter() - started, 3)
+    result = outcome.result or {"scenarios": [], "failure": outcome.failure}
+    report.device = result.get("device")
+    report.scenarios = [ScenarioResult(**entry) for entry in result["scenarios"]]
+    for entry in report.scenarios:
+        if entry.time_ms and entry.original_time_ms:
+            entry.speedup = entry.original_time_ms / entry.time_ms
+    report.suspicious = any(s.suspicious for s in report.scenarios)
+    if result.get("failure"):
+        return report.reject(result["failure"])
+    report.correct = True
+    if options.time_kernels:
+        report.geomean_speedup = geomean([s.speedup for s in report.scenarios])
+        for name in request["baselines"]:
+            report.baseline_geomeans[name] = geomean([
+                s.baselines_ms[name] / s.time_ms for s in report.scenarios
+                if s.baselines_ms.get(name) and s.time_ms])
+    return report
+
+
+def check_kernel(path: Path, task: Task | str, options: CheckOptions | None = None) -> CheckReport:
+    """Check a kernel file (see `check_source`)."""
+    if not path.is_file():
+        raise BadInput(f"kernel file not found: {path}")
+    return check_source(path.read_text(), task, options, kernel_name=str(path))

@@ -1,0 +1,74 @@
+"""The harness's verdict on one candidate: what `evokernel check --json` writes and the store keeps."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class ScenarioResult:
+    """Correctness and speed of the candidate on one scenario."""
+
+    name: str
+    correct: bool = False
+    rel_err: float | None = None  # ||cand - ref|| / ||ref|| against the high-precision reference
+    max_err: float | None = None  # max |cand - ref|
+    tolerance: float | None = None  # the bound max_err had to meet
+    time_ms: float | None = None  # median candidate time
+    original_time_ms: float | None = None  # median time of the speed reference
+    speedup: float | None = None  # original_time_ms / time_ms
+    spread: float | None = None  # interquartile range of candidate times / median
+    suspicious: bool = False  # faster than the roofline floor allows
+    error: str | None = None  # why this scenario failed
+    baselines_ms: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class CheckReport:
+    """The whole verdict: correct only if every scenario is; speedup only when correct."""
+
+    task: str
+    kernel: str
+    scenario_set: str
+    correct: bool = False
+    geomean_speedup: float | None = None
+    failure: str | None = None  # first reason for rejection, null when correct
+    speed_reference: str = "original"
+    scenarios: list[ScenarioResult] = field(default_factory=list)
+    build_seconds: float | None = None
+    build_log: str = ""
+    check_seconds: float | None = None
+    seed: int | None = None
+    device: str | None = None
+    suspicious: bool = False
+    baseline_geomeans: dict[str, float | None] = field(default_factory=dict)
+
+    def reject(self, reason: str) -> "CheckReport":
+        """Mark the candidate infeasible (keeps the first reason)."""
+        self.correct = False
+        self.geomean_speedup = None
+        self.failure = self.failure or reason
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CheckReport":
+        data = dict(data)
+        data["scenarios"] = [ScenarioResult(**s) for s in data.get("scenarios", [])]
+        return cls(**data)
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean of positive numbers; None when there are none."""
+    values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
