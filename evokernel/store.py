@@ -1,0 +1,354 @@
+"""The lineage store of one run: an embedded SQLite database plus content-addressed sources.
+
+Layout of a run directory:
+    runs/<id>/lineage.db        individuals, scenario results, LLM calls, trigger events, questions
+    runs/<id>/sources/<sha>.cu  every kernel source, named by the hash of its text
+    runs/<id>/config.yaml       the config the run was started with
+Rows are written as results arrive (WAL mode), so a reader can inspect a live run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from evokernel.errors import BadInput
+
+DB_NAME = "lineage.db"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS individuals (
+    id INTEGER PRIMARY KEY,
+    parent_ids TEXT NOT NULL DEFAULT '[]',
+    generation INTEGER NOT NULL DEFAULT 0,
+    operator TEXT NOT NULL,
+    question_id TEXT,
+    trigger TEXT,
+    model TEXT,
+    llm_call_id INTEGER,
+    source_hash TEXT NOT NULL,
+    normalized_hash TEXT NOT NULL,
+    language TEXT NOT NULL,
+    knobs TEXT NOT NULL DEFAULT '{}',
+    status TEXT NOT NULL DEFAULT 'pending',
+    fitness REAL,
+    failure TEXT,
+    build_log TEXT,
+    report TEXT,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    eval_seconds REAL,
+    worker TEXT,
+    device TEXT
+);
+CREATE INDEX IF NOT EXISTS individuals_norm ON individuals(normalized_hash);
+CREATE TABLE IF NOT EXISTS scenario_results (
+    individual_id INTEGER NOT NULL REFERENCES individuals(id),
+    name TEXT NOT NULL,
+    correct INTEGER NOT NULL,
+    rel_err REAL, max_err REAL, time_ms REAL, original_time_ms REAL, speedup REAL, spread REAL,
+    suspicious INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    PRIMARY KEY (individual_id, name)
+);
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    model TEXT NOT NULL,
+    operator TEXT,
+    question_id TEXT,
+    parent_ids TEXT NOT NULL DEFAULT '[]',
+    prompt TEXT NOT NULL,
+    response TEXT,
+    prompt_tokens INTEGER, completion_tokens INTEGER,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    latency_s REAL,
+    cached INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS trigger_events (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    evaluation INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    individual_id INTEGER,
+    detail TEXT
+);
+CREATE TABLE IF NOT EXISTS proposed_questions (
+    id TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    triggers TEXT NOT NULL DEFAULT '[]',
+    layers TEXT NOT NULL DEFAULT '[]',
+    status TEXT NOT NULL DEFAULT 'proposed',
+    from_individual INTEGER,
+    created_at REAL NOT NULL
+);
+"""
+
+STATUSES = ("pending", "running", "correct", "rejected")
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def normalized_hash(source: str) -> str:
+    """Hash of the source without comments and whitespace: identical kernels share it.
+
+    Knob comments (`// @knob ...`) are dropped like any comment; the knob values stay in the code.
+    """
+    text = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return hashlib.sha256(re.sub(r"\s+", "", text).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Individual:
+    """One row of `individuals`: a kernel, where it came from and what the harness said of it."""
+
+    operator: str
+    source_hash: str
+    normalized_hash: str
+    language: str
+    parent_ids: list[int] = field(default_factory=list)
+    generation: int = 0
+    question_id: str | None = None
+    trigger: str | None = None
+    model: str | None = None
+    llm_call_id: int | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"
+    fitness: float | None = None
+    failure: str | None = None
+    build_log: str | None = None
+    report: dict | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    eval_seconds: float | None = None
+    worker: str | None = None
+    device: str | None = None
+    id: int | None = None
+
+    JSON_FIELDS = ("parent_ids", "knobs", "report")
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Individual":
+        data = dict(row)
+        for name in cls.JSON_FIELDS:
+            data[name] = json.loads(data[name]) if data[name] is not None else None
+        return cls(**data)
+
+
+@dataclass
+class LLMCall:
+    """One row of `llm_calls`: a prompt, its answer, what it cost."""
+
+    model: str
+    prompt: str
+    response: str | None = None
+    operator: str | None = None
+    question_id: str | None = None
+    parent_ids: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float = 0.0
+    latency_s: float | None = None
+    cached: bool = False
+    error: str | None = None
+    created_at: float = field(default_factory=time.time)
+    id: int | None = None
+
+
+class Store:
+    """Read and write one run directory. `readonly=True` never writes (safe on a live or copied run)."""
+
+    def __init__(self, run_dir: Path, readonly: bool = False, create: bool = False) -> None:
+        self.run_dir = Path(run_dir)
+        self.readonly = readonly
+        db = self.run_dir / DB_NAME
+        if not create and not db.exists():
+            raise BadInput(f"no run at {self.run_dir} ({DB_NAME} not found)")
+        if create:
+            (self.run_dir / "sources").mkdir(parents=True, exist_ok=True)
+        if readonly:
+            self.db = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        else:
+            self.db = sqlite3.connect(db, timeout=30, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+        self.db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- meta -----------------------------------------------------------------------------------
+    def set_meta(self, key: str, value: Any) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    def meta(self) -> dict[str, Any]:
+        return {row["key"]: json.loads(row["value"]) for row in self.db.execute("SELECT * FROM meta")}
+
+    # -- individuals ----------------------------------------------------------------------------
+    def source_path(self, digest: str, language: str) -> Path:
+        return self.run_dir / "sources" / f"{digest}{'.cu' if language == 'cuda' else '.c'}"
+
+    def add_individual(self, individual: Individual, source: str) -> int:
+        path = self.source_path(individual.source_hash, individual.language)
+        if not path.exists():
+            path.write_text(source)
+        data = asdict(individual)
+        data.pop("id")
+        for name in Individual.JSON_FIELDS:
+            data[name] = json.dumps(data[name]) if data[name] is not None else None
+        columns = ", ".join(data)
+        cursor = self.db.execute(f"INSERT INTO individuals ({columns}) VALUES ({', '.join('?' * len(data))})",
+                                 list(data.values()))
+        individual.id = cursor.lastrowid
+        return individual.id
+
+    def update_individual(self, individual_id: int, **values: Any) -> None:
+        for name in Individual.JSON_FIELDS:
+            if name in values and values[name] is not None:
+                values[name] = json.dumps(values[name])
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        self.db.execute(f"UPDATE individuals SET {assignments} WHERE id = ?", [*values.values(), individual_id])
+
+    def record_result(self, individual_id: int, report: dict, worker: str | None = None,
+                      started_at: float | None = None) -> None:
+        """Store a CheckReport (as a dict) for an individual, in one transaction."""
+        finished = time.time()
+        status = "correct" if report["correct"] else "rejected"
+        with self.transaction():
+            self.update_individual(
+                individual_id, status=status, fitness=report.get("geomean_speedup") if report["correct"] else None,
+                failure=report.get("failure"), build_log=report.get("build_log"), report=report,
+                started_at=started_at, finished_at=finished,
+                eval_seconds=(finished - started_at) if started_at else report.get("check_seconds"),
+                worker=worker, device=report.get("device"))
+            self.db.execute("DELETE FROM scenario_results WHERE individual_id = ?", (individual_id,))
+            for s in report.get("scenarios", []):
+                self.db.execute(
+                    "INSERT INTO scenario_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (individual_id, s["name"], int(bool(s.get("correct"))), s.get("rel_err"), s.get("max_err"),
+                     s.get("time_ms"), s.get("original_time_ms"), s.get("speedup"), s.get("spread"),
+                     int(bool(s.get("suspicious"))), s.get("error")))
+
+    def transaction(self) -> "_Transaction":
+        return _Transaction(self.db)
+
+    def individuals(self, status: str | None = None) -> list[Individual]:
+        query, args = "SELECT * FROM individuals", ()
+        if status:
+            query, args = query + " WHERE status = ?", (status,)
+        return [Individual.from_row(row) for row in self.db.execute(query + " ORDER BY id", args)]
+
+    def individual(self, individual_id: int) -> Individual:
+        row = self.db.execute("SELECT * FROM individuals WHERE id = ?", (individual_id,)).fetchone()
+        if row is None:
+            raise BadInput(f"run {self.run_dir} has no individual {individual_id}")
+        return Individual.from_row(row)
+
+    def source(self, individual: Individual) -> str:
+        return self.source_path(individual.source_hash, individual.language).read_text()
+
+    def find_duplicate(self, normalized: str) -> Individual | None:
+        row = self.db.execute("SELECT * FROM individuals WHERE normalized_hash = ? ORDER BY id LIMIT 1",
+                              (normalized,)).fetchone()
+        return Individual.from_row(row) if row else None
+
+    def scenario_results(self, individual_id: int) -> list[dict]:
+        rows = self.db.execute("SELECT * FROM scenario_results WHERE individual_id = ? ORDER BY rowid",
+                               (individual_id,))
+        return [dict(row) for row in rows]
+
+    def best(self, k: int = 1) -> list[Individual]:
+        rows = self.db.execute("SELECT * FROM individuals WHERE status = 'correct' AND fitness IS NOT NULL "
+                               "ORDER BY fitness DESC, id LIMIT ?", (k,))
+        return [Individual.from_row(row) for row in rows]
+
+    def count(self, *statuses: str) -> int:
+        statuses = statuses or STATUSES
+        marks = ", ".join("?" * len(statuses))
+        return self.db.execute(f"SELECT COUNT(*) FROM individuals WHERE status IN ({marks})", statuses).fetchone()[0]
+
+    # -- LLM calls, triggers, proposed questions --------------------------------------------------
+    def add_llm_call(self, call: LLMCall) -> int:
+        data = asdict(call)
+        data.pop("id")
+        data["parent_ids"] = json.dumps(data["parent_ids"])
+        data["cached"] = int(data["cached"])
+        cursor = self.db.execute(f"INSERT INTO llm_calls ({', '.join(data)}) VALUES ({', '.join('?' * len(data))})",
+                                 list(data.values()))
+        call.id = cursor.lastrowid
+        return call.id
+
+    def llm_calls(self) -> list[dict]:
+        return [dict(row) for row in self.db.execute("SELECT * FROM llm_calls ORDER BY id")]
+
+    def llm_call(self, call_id: int) -> dict | None:
+        row = self.db.execute("SELECT * FROM llm_calls WHERE id = ?", (call_id,)).fetchone()
+        return dict(row) if row else None
+
+    def total_cost(self) -> float:
+        return float(self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls").fetchone()[0])
+
+    def add_trigger_event(self, evaluation: int, kind: str, individual_id: int | None = None,
+                          detail: str | None = None) -> None:
+        self.db.execute("INSERT INTO trigger_events (created_at, evaluation, kind, individual_id, detail) "
+                        "VALUES (?, ?, ?, ?, ?)", (time.time(), evaluation, kind, individual_id, detail))
+
+    def trigger_events(self) -> list[dict]:
+        return [dict(row) for row in self.db.execute("SELECT * FROM trigger_events ORDER BY id")]
+
+    def add_proposed_question(self, question_id: str, text: str, triggers: list[str], layers: list[str],
+                              from_individual: int | None) -> None:
+        self.db.execute("INSERT OR IGNORE INTO proposed_questions VALUES (?, ?, ?, ?, 'proposed', ?, ?)",
+                        (question_id, text, json.dumps(triggers), json.dumps(layers), from_individual, time.time()))
+
+    def proposed_questions(self, status: str | None = None) -> list[dict]:
+        query, args = "SELECT * FROM proposed_questions", ()
+        if status:
+            query, args = query + " WHERE status = ?", (status,)
+        rows = [dict(row) for row in self.db.execute(query + " ORDER BY created_at", args)]
+        for row in rows:
+            row["triggers"], row["layers"] = json.loads(row["triggers"]), json.loads(row["layers"])
+        return rows
+
+    def set_question_status(self, question_id: str, status: str) -> None:
+        self.db.execute("UPDATE proposed_questions SET status = ? WHERE id = ?", (status, question_id))
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def iter_runs(root: Path) -> Iterator[Path]:
+    """Run directories under `root` (those holding a lineage database), newest first."""
+    if (root / DB_NAME).exists():
+        yield root
+        return
+    for path in sorted(root.glob(f"*/{DB_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True):
+        yield path.parent
