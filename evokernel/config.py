@@ -1,0 +1,146 @@
+"""Run configuration (`experiments/<name>/config.yaml`), validated with errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evokernel.errors import BadInput
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SelectionConfig(Strict):
+    tournament_size: int = Field(3, ge=1)
+    elitism: int = Field(2, ge=0, description="best individuals always kept in the population")
+    islands: int = Field(1, ge=1)
+    migration_interval: int = Field(20, ge=1, description="evaluations between migrations")
+    migrants: int = Field(1, ge=1)
+
+
+class OperatorWeights(Strict):
+    knob_mutation: float = Field(1.0, ge=0, alias="knob-mutation")
+    knob_crossover: float = Field(0.5, ge=0, alias="knob-crossover")
+    question_mutation: float = Field(2.0, ge=0, alias="question-mutation")
+    question_crossover: float = Field(0.5, ge=0, alias="question-crossover")
+    repair: float = Field(0.5, ge=0)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def as_dict(self) -> dict[str, float]:
+        return self.model_dump(by_alias=True)
+
+
+class ModelConfig(Strict):
+    model: str = Field(description="any litellm model string, e.g. openai/gpt-4o or anthropic/claude-...")
+    weight: float = Field(1.0, gt=0)
+    api_base: str | None = None
+
+
+class LLMConfig(Strict):
+    models: list[ModelConfig] = Field(default_factory=list)
+    fallbacks: list[str] = Field(default_factory=list, description="models tried when the chosen one fails")
+    temperature: float = Field(0.7, ge=0, le=2)
+    max_tokens: int = Field(8192, ge=256)
+    timeout_s: float = Field(300, gt=0)
+    max_retries: int = Field(3, ge=0)
+    max_concurrent: int = Field(4, ge=1, description="LLM proposals in flight at once")
+    cache: bool = Field(True, description="cache answers by prompt in the run directory (replay without an API)")
+
+
+class BankConfig(Strict):
+    builtin: bool = True
+    dirs: list[Path] = Field(default_factory=list, description="directories of user question YAML files")
+    stats_from: list[Path] = Field(default_factory=list, description="earlier runs whose question stats seed the bandit")
+
+
+class TriggerConfig(Strict):
+    stagnation_evaluations: int = Field(12, ge=1, description="evaluations without a new best that count as a stall")
+    suspicious_gain: float = Field(1.5, gt=1, description="child/parent speedup ratio that counts as suspicious")
+    recheck_trials: int = Field(5, ge=1, description="extra seeds for the re-check of a suspicious gain")
+    max_repairs: int = Field(2, ge=0, description="repair attempts per failing child")
+    propose_questions: bool = True
+
+
+class BudgetConfig(Strict):
+    evaluations: int | None = Field(40, ge=1)
+    wall_time_s: float | None = Field(None, gt=0)
+    usd: float | None = Field(None, ge=0)
+
+
+class ResourceConfig(Strict):
+    address: str | None = Field(None, description="Ray address ('auto' for an existing cluster); none starts a local one")
+    gpus_per_evaluation: float = Field(1.0, ge=0)
+    cpus_per_evaluation: float = Field(1.0, gt=0)
+    max_parallel: int | None = Field(None, ge=1, description="evaluations in flight (default: what the cluster fits)")
+    evaluation_timeout_s: float = Field(900, gt=0)
+
+
+class RunConfig(Strict):
+    name: str = "run"
+    task: str
+    scenarios: str = "quick"
+    speed_reference: str = "original"
+    seeds: list[Path] = Field(default_factory=list, description="seed kernels (default: the task's original)")
+    population_size: int = Field(8, ge=2)
+    offspring_per_step: int = Field(1, ge=1, description="children proposed per finished evaluation")
+    trials: int = Field(3, ge=1)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    operators: OperatorWeights = Field(default_factory=OperatorWeights)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    bank: BankConfig = Field(default_factory=BankConfig)
+    triggers: TriggerConfig = Field(default_factory=TriggerConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    resources: ResourceConfig = Field(default_factory=ResourceConfig)
+    random_seed: int = 0
+
+    @model_validator(mode="after")
+    def _check_task(self) -> "RunConfig":
+        from evokernel.harness import get_task
+
+        task = get_task(self.task)  # BadInput names the known tasks
+        task.scenarios(self.scenarios)
+        return self
+
+
+def _field_path(location: tuple) -> str:
+    return ".".join(str(part) for part in location) or "(top level)"
+
+
+def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunConfig:
+    """Validate a config mapping; relative paths are taken from `base_dir`."""
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: expected a mapping of settings at the top level")
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise BadInput(f"{source}: field '{_field_path(error['loc'])}': {error['msg']}{more}") from None
+    except BadInput as exc:
+        raise BadInput(f"{source}: field 'task'/'scenarios': {exc}") from None
+    if base_dir is not None:
+        config.seeds = [p if p.is_absolute() else (base_dir / p) for p in config.seeds]
+        config.bank.dirs = [p if p.is_absolute() else (base_dir / p) for p in config.bank.dirs]
+    for index, seed in enumerate(config.seeds):
+        if not seed.is_file():
+            raise BadInput(f"{source}: field 'seeds.{index}': file not found: {seed}")
+    return config
+
+
+def load_config(path: Path) -> RunConfig:
+    """Read and validate a YAML config file."""
+    if not path.is_file():
+        raise BadInput(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise BadInput(f"{path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return parse_config(data, str(path), path.parent)
