@@ -24,13 +24,13 @@
 
 #define WARPS_HD128 4  // @knob 4,8
 #define MTILES_HD128 2  // @knob 1,2
-#define BLOCK_N_HD128 64  // @knob 32,64
+#define BLOCK_N_HD128 32  // @knob 32,64
 #define STAGES_HD128 2  // @knob 1,2
 #define QREG_HD128 0  // @knob 0,1
 
 #define WARPS_HD256 4  // @knob 4,8
-#define BLOCK_N_HD256 64  // @knob 32,64
-#define STAGES_HD256 1  // @knob 1,2
+#define BLOCK_N_HD256 32  // @knob 32,64
+#define STAGES_HD256 2  // @knob 1,2
 #define QREG_HD256 0  // @knob 0
 // ---------------------------------------------------------------------------------------
 
