@@ -23,7 +23,7 @@ class CheckOptions:
     baselines: bool = False
     seed: int | None = None  # None: drawn at evaluation time
     trials: int = 3
-    rounds: int | None = None  # None: the backend's default
+    rounds: int | None = None  # None: the backend's default, fewer for slow kernels
     warmup: int = 2
     keep_going: bool = False  # check every scenario even after one fails
     time_kernels: bool = True
@@ -32,6 +32,7 @@ class CheckOptions:
 
 
 DEFAULT_ROUNDS = {"cpu": 7, "cuda": 30}
+TIMING_BUDGET_MS = {"cpu": 400.0, "cuda": 3000.0}  # per scenario; slow kernels get fewer rounds
 
 
 def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | None, str | None]:
@@ -94,6 +95,7 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         "speed_reference": speed, "baselines": list(task.library_baselines) if options.baselines else [],
         "scenarios": [asdict(s) for s in scenarios], "seed": seed, "trials": options.trials,
         "rounds": options.rounds or DEFAULT_ROUNDS[task.backend], "warmup": options.warmup,
+        "timing_budget_ms": None if options.rounds else TIMING_BUDGET_MS[task.backend],
         "keep_going": options.keep_going, "time": options.time_kernels,
         "tolerance": {"factor": task.tolerance_factor, "floor": task.tolerance_floor},
         "floors_ms": [task.roofline_floor_ms(s) for s in scenarios],

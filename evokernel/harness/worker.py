@@ -11,6 +11,7 @@ import importlib
 import json
 import sys
 import traceback
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ class Worker:
                                 self.backend.load(Path(speed)) if "/" in speed else self.backend.baseline(speed))
         self.baselines = {name: self.backend.baseline(name) for name in request.get("baselines", [])}
         self.seed = int(request["seed"])
+        self.live: deque = deque(maxlen=2)  # this run's buffers and the previous run's (poisoned)
 
     def step(self, text: str) -> None:
         with open(self.scratch / "progress.txt", "a") as f:
@@ -45,7 +47,7 @@ class Worker:
     # -- correctness ------------------------------------------------------------------------
     def verify_once(self, scenario: Scenario, seed: int, distribution: str, scale_factor: float) -> dict:
         backend, tol = self.backend, self.request["tolerance"]
-        inputs = backend.make_inputs(scenario, seed, distribution, scenario.scale * scale_factor)
+        inputs = self.fresh_inputs(scenario, seed, distribution, scenario.scale * scale_factor)
         try:
             snapshot = backend.snapshot(inputs)
             rc, out = backend.run(self.candidate, inputs)
@@ -72,6 +74,13 @@ class Worker:
         finally:
             backend.release(inputs)
 
+    def fresh_inputs(self, scenario: Scenario, seed: int, distribution: str, scale: float):
+        """New buffers at new addresses: the last run's (poisoned) buffers stay allocated until these exist,
+        so a kernel that kept a pointer from an earlier call reads NaN instead of a stale answer."""
+        inputs = self.backend.make_inputs(scenario, seed, distribution, scale)
+        self.live.append(inputs)
+        return inputs
+
     def verify(self, scenario: Scenario, index: int, trials: int, label: str) -> dict:
         worst: dict = {}
         for trial in range(trials):
@@ -86,7 +95,7 @@ class Worker:
     def time(self, scenario: Scenario, index: int) -> dict:
         backend, req = self.backend, self.request
         self.step(f"timing of {scenario.name}")
-        inputs = backend.make_inputs(scenario, self.seed + 31 * index + 1, "normal", scenario.scale)
+        inputs = self.fresh_inputs(scenario, self.seed + 31 * index + 1, "normal", scenario.scale)
         kernels = {"candidate": self.candidate, "reference": self.speed_reference, **self.baselines}
         runnable = {name: fn for name, fn in kernels.items() if backend.supports(fn, inputs)}
         times: dict[str, list[float]] = {name: [] for name in runnable}
@@ -94,7 +103,12 @@ class Worker:
         for _ in range(req["warmup"]):
             for name in names:
                 backend.call(runnable[name], inputs)
-        for round_index in range(req["rounds"]):
+        # Slow kernels get fewer rounds (never fewer than 5) so a check of the whole grid stays short.
+        rounds = req["rounds"]
+        if req["timing_budget_ms"] is not None:
+            round_ms = sum(backend.time_call(runnable[name], inputs) for name in names)
+            rounds = max(5, min(rounds, int(req["timing_budget_ms"] / max(round_ms, 1e-3))))
+        for round_index in range(rounds):
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for name in order:
                 times[name].append(backend.time_call(runnable[name], inputs))

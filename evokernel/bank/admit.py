@@ -1,0 +1,35 @@
+"""Admitting a new question to a user bank: validate the fields, lint it against the bank in force, write it.
+
+Used by `evokernel bank add` and by accepting an LLM-proposed question; a question that fails the
+lint is refused with the reasons (BadInput), nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from evokernel.bank.lint import duplicate_problems, shape_problems
+from evokernel.bank.questions import Question, load_bank, slug, write_question
+from evokernel.errors import BadInput
+
+
+def admit_question(directory: Path, text: str, triggers: list[str], layers: list[str],
+                   question_id: str | None = None, notes: str | None = None, builtin: bool = True) -> Path:
+    """Write a checked question to `directory` and return the file written."""
+    directory = Path(directory)
+    bank = load_bank([directory] if directory.is_dir() else [], builtin=builtin)
+    question_id = question_id or slug(text)
+    try:
+        question = Question(id=question_id, text=text, triggers=triggers or ["default"], layers=layers, notes=notes)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"])
+        raise BadInput(f"question '{question_id}': field '{field}': {error['msg']}") from None
+    if question.id in bank.questions:
+        raise BadInput(f"question '{question.id}': id already used in {bank.files[question.id]} (give --id)")
+    reasons = shape_problems(question.text) + duplicate_problems(question.text, list(bank))
+    if reasons:
+        raise BadInput(f"question '{question.id}' refused: " + "; ".join(reasons))
+    return write_question(directory, question)

@@ -1,0 +1,140 @@
+"""Questions and banks: the YAML format, loading with errors that name file/question/field, writing.
+
+A bank file holds `questions:`, a list of mappings with `id`, `text`, `triggers`, `layers` and
+optional `notes`. The built-in bank ships as package data in `builtin/`; user banks are directories
+of the same YAML, loaded after it (an id may appear only once across all of them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evokernel.errors import BadInput
+
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+TRIGGERS = ("default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover")
+LAYERS = ("memory", "compute", "pipeline", "scheduling", "numerics", "measurement", "correctness")
+Trigger = Literal["default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover"]
+ID_PATTERN = r"^[a-z0-9][a-z0-9-]{1,63}$"
+
+
+class Question(BaseModel):
+    """One question: when it may be asked (triggers) and which layer of the system it points at."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=ID_PATTERN, description="lowercase letters, digits and dashes")
+    text: str = Field(min_length=1)
+    triggers: list[Trigger] = Field(min_length=1)
+    layers: list[str] = Field(default_factory=list)
+    notes: str | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _one_line(cls, text: str) -> str:
+        return " ".join(text.split())
+
+    @field_validator("layers")
+    @classmethod
+    def _layer_tags(cls, layers: list[str]) -> list[str]:
+        for layer in layers:
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", layer):
+                raise ValueError(f"layer tag '{layer}' must be lowercase letters, digits and dashes")
+        return layers
+
+
+@dataclass
+class Bank:
+    """All questions in force, by id, with the file each came from."""
+
+    questions: dict[str, Question] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def add(self, question: Question, path: Path) -> None:
+        if question.id in self.questions:
+            raise BadInput(f"{path}: question '{question.id}': field 'id': already defined in {self.files[question.id]}")
+        self.questions[question.id] = question
+        self.files[question.id] = path
+
+    def get(self, question_id: str) -> Question:
+        if question_id not in self.questions:
+            raise BadInput(f"no question '{question_id}' in the bank")
+        return self.questions[question_id]
+
+    def for_trigger(self, trigger: str) -> list[Question]:
+        return [q for q in self.questions.values() if trigger in q.triggers]
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def __iter__(self):
+        return iter(self.questions.values())
+
+
+def _field(location: tuple) -> str:
+    return ".".join(str(part) for part in location) or "(entry)"
+
+
+def load_file(path: Path) -> list[Question]:
+    """Questions of one YAML file; BadInput names the file, the question and the field."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark else ""
+        raise BadInput(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if data is None:
+        return []
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list) or set(data) - {"questions"}:
+        raise BadInput(f"{path}: expected a mapping with one key 'questions' holding a list of questions")
+    questions = []
+    for index, entry in enumerate(data["questions"]):
+        name = entry.get("id") if isinstance(entry, dict) else None
+        label = f"question '{name}'" if isinstance(name, str) else f"question #{index + 1}"
+        if not isinstance(entry, dict):
+            raise BadInput(f"{path}: {label}: expected a mapping with id, text, triggers, layers")
+        try:
+            questions.append(Question.model_validate(entry))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise BadInput(f"{path}: {label}: field '{_field(error['loc'])}': {error['msg']}") from None
+    return questions
+
+
+def bank_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise BadInput(f"bank directory not found: {directory}")
+    return sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+
+
+def load_bank(dirs: list[Path] = (), builtin: bool = True) -> Bank:
+    """The built-in bank (unless `builtin=False`) plus every YAML file in `dirs`."""
+    bank = Bank()
+    for directory in ([BUILTIN_DIR] if builtin else []) + [Path(d) for d in dirs]:
+        for path in bank_files(directory):
+            for question in load_file(path):
+                bank.add(question, path)
+    return bank
+
+
+def slug(text: str, words: int = 6) -> str:
+    """A readable id made from the first content words of a question."""
+    tokens = [t for t in re.findall(r"[a-z0-9]+", text.lower()) if len(t) > 2][:words]
+    return "-".join(tokens)[:60].strip("-") or "question"
+
+
+def write_question(directory: Path, question: Question) -> Path:
+    """Write one question to `<directory>/<id>.yaml` (a bank file of its own)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{question.id}.yaml"
+    if path.exists():
+        raise BadInput(f"{path} already exists: choose another --id")
+    entry = question.model_dump(exclude_none=True)
+    path.write_text(yaml.safe_dump({"questions": [entry]}, sort_keys=False, width=100, allow_unicode=True))
+    return path

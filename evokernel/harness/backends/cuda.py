@@ -1,0 +1,189 @@
+"""CUDA backend: bf16 torch buffers on the harness's own stream, an fp32 reference, CUDA-event timing
+with an L2 flush before every launch, a graph-capture audit for work done off the harness stream."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from evokernel.harness.backends import AttentionParams, Inputs, load_entry
+from evokernel.harness.tasks import Scenario
+
+FLUSH_BYTES = 256 << 20
+REFERENCE_CHUNK_ELEMENTS = 1 << 29  # scores computed a few heads at a time (2 GiB of fp32)
+
+
+class LibraryBaseline:
+    """PyTorch SDPA with one backend forced; supports only what SDPA's causal mask means (Sq == Sk)."""
+
+    def __init__(self, name: str) -> None:
+        from torch.nn.attention import SDPBackend
+
+        self.name = name
+        self.backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[name]
+        self.prepared: dict[int, tuple] = {}
+
+    def supports(self, inputs: Inputs) -> bool:
+        s = inputs.scenario
+        return not (s.causal and s.seqlen_q != s.seqlen_k)
+
+    def __call__(self, inputs: Inputs) -> int:
+        from torch.nn.attention import sdpa_kernel
+
+        key = id(inputs)
+        if key not in self.prepared:  # [b, s, h, d] -> [b, h, s, d], made once outside the timed region
+            self.prepared = {key: tuple(t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))}
+        q, k, v = self.prepared[key]
+        with sdpa_kernel([self.backend]):  # timed only (libraries are trusted), so the output is not copied back
+            F.scaled_dot_product_attention(q, k, v, is_causal=inputs.scenario.causal, scale=inputs.scale,
+                                           enable_gqa=inputs.scenario.heads_q != inputs.scenario.heads_kv)
+        return 0
+
+
+class KernelEntry:
+    """A candidate's evk_attention_fwd, called on the harness stream."""
+
+    def __init__(self, path) -> None:
+        self.entry = load_entry(path, [ctypes.POINTER(AttentionParams), ctypes.c_void_p])
+
+    def supports(self, inputs: Inputs) -> bool:
+        return True
+
+    def __call__(self, inputs: Inputs) -> int:
+        params = inputs.params(lambda t: t.data_ptr())
+        return self.entry(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+
+class Backend:
+    def __init__(self) -> None:
+        self.stream = torch.cuda.Stream()  # the harness's stream: a non-default, non-blocking stream
+        torch.cuda.set_stream(self.stream)
+        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+        self.driver = ctypes.CDLL("libcuda.so.1")
+
+    def device_name(self) -> str:
+        return torch.cuda.get_device_name()
+
+    def load(self, path):
+        return KernelEntry(path)
+
+    def baseline(self, name: str):
+        return LibraryBaseline(name)
+
+    def supports(self, fn, inputs: Inputs) -> bool:
+        return fn.supports(inputs)
+
+    def _draw(self, shape: tuple, generator: torch.Generator, distribution: str) -> torch.Tensor:
+        values = torch.randn(shape, generator=generator, device="cuda", dtype=torch.float32)
+        if distribution != "normal":
+            values = values * 2.0 + 0.5
+        return values.to(torch.bfloat16)
+
+    def make_inputs(self, scenario: Scenario, seed: int, distribution: str, scale: float) -> Inputs:
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        s = scenario
+        q = self._draw((s.batch, s.seqlen_q, s.heads_q, s.head_dim), generator, distribution)
+        k = self._draw((s.batch, s.seqlen_k, s.heads_kv, s.head_dim), generator, distribution)
+        v = self._draw((s.batch, s.seqlen_k, s.heads_kv, s.head_dim), generator, distribution)
+        o = torch.full((s.batch, s.seqlen_q, s.heads_q, s.head_dim), float("nan"), dtype=torch.bfloat16, device="cuda")
+        return Inputs(scenario, scale, q, k, v, o)
+
+    def refill(self, inputs: Inputs, seed: int) -> None:
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        for tensor in (inputs.q, inputs.k, inputs.v):
+            tensor.copy_(self._draw(tuple(tensor.shape), generator, "normal"))
+
+    def snapshot(self, inputs: Inputs) -> tuple:
+        return tuple(t.clone() for t in (inputs.q, inputs.k, inputs.v))
+
+    def unchanged(self, inputs: Inputs, snapshot: tuple) -> bool:
+        return all(torch.equal(a, b) for a, b in zip((inputs.q, inputs.k, inputs.v), snapshot))
+
+    def call(self, fn, inputs: Inputs) -> int:
+        return fn(inputs)
+
+    def run(self, fn, inputs: Inputs) -> tuple[int, np.ndarray]:
+        inputs.o.fill_(float("nan"))
+        rc = fn(inputs)
+        self.stream.synchronize()  # only the harness stream: work elsewhere is not waited for
+        torch.cuda.synchronize()  # surface asynchronous kernel faults here, inside this check
+        return rc, inputs.o.float().cpu().numpy().astype(np.float64)
+
+    def time_call(self, fn, inputs: Inputs) -> float:
+        self.flush.zero_()  # evict the inputs from L2
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(self.stream)
+        fn(inputs)
+        end.record(self.stream)
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def reference(self, inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+        """fp32 attention on the bf16 inputs, and the same computed plainly in bf16 (as FlashAttention's tests)."""
+        s = inputs.scenario
+        group = s.heads_q // s.heads_kv
+        ref = torch.empty(inputs.o.shape, dtype=torch.float32, device="cuda")
+        plain = torch.empty(inputs.o.shape, dtype=torch.float32, device="cuda")
+        heads_per_chunk = max(1, min(s.heads_q, REFERENCE_CHUNK_ELEMENTS // (s.seqlen_q * s.seqlen_k)))
+        mask = None
+        if s.causal:
+            rows = torch.arange(s.seqlen_q, device="cuda")[:, None] + (s.seqlen_k - s.seqlen_q)
+            mask = torch.arange(s.seqlen_k, device="cuda")[None, :] <= rows
+        for b in range(s.batch):
+            for h0 in range(0, s.heads_q, heads_per_chunk):
+                heads = torch.arange(h0, min(s.heads_q, h0 + heads_per_chunk), device="cuda")
+                q = inputs.q[b][:, heads].transpose(0, 1)  # h s d
+                k = inputs.k[b][:, heads // group].transpose(0, 1)
+                v = inputs.v[b][:, heads // group].transpose(0, 1)
+                for dtype, out in ((torch.float32, ref), (torch.bfloat16, plain)):
+                    qd, kd, vd = q.to(dtype), k.to(dtype), v.to(dtype)
+                    scores = (qd * inputs.scale) @ kd.transpose(1, 2) if dtype == torch.bfloat16 else \
+                        (qd @ kd.transpose(1, 2)) * inputs.scale
+                    if mask is not None:
+                        scores = scores.masked_fill(~mask, float("-inf"))
+                    weights = torch.softmax(scores.float(), dim=-1).nan_to_num(0.0).to(dtype)
+                    out[b][:, heads] = (weights @ vd).float().transpose(0, 1)
+                    del scores, weights
+        return ref.cpu().numpy().astype(np.float64), plain.cpu().numpy().astype(np.float64)
+
+    def audit(self, fn, inputs: Inputs) -> str | None:
+        """Capture one call on the harness stream into a graph: work launched elsewhere leaves it empty."""
+        graph, nodes = ctypes.c_void_p(), ctypes.c_size_t(0)
+        handle = ctypes.c_void_p(self.stream.cuda_stream)
+        torch.cuda.synchronize()
+        if self.driver.cuStreamBeginCapture_v2(handle, 0) != 0:
+            return None  # capture unavailable here: the timing cross-check below still applies
+        rc = fn(inputs)
+        status = self.driver.cuStreamEndCapture(handle, ctypes.byref(graph))
+        torch.cuda.synchronize()
+        if status != 0 or rc != 0:
+            return f"launches work the harness cannot capture on its stream (capture status {status}, return {rc})"
+        self.driver.cuGraphGetNodes(graph, None, ctypes.byref(nodes))
+        self.driver.cuGraphDestroy(graph)
+        if nodes.value == 0:
+            return "launched no work on the harness's stream (side stream or default stream)"
+        return self._wall_clock_audit(fn, inputs)
+
+    def _wall_clock_audit(self, fn, inputs: Inputs) -> str | None:
+        """Event time must account for the work: compare with a fully synchronised wall-clock time."""
+        event_ms = min(self.time_call(fn, inputs) for _ in range(3))
+        wall_ms = float("inf")
+        for _ in range(3):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn(inputs)
+            torch.cuda.synchronize()
+            wall_ms = min(wall_ms, (time.perf_counter() - start) * 1e3)
+        if wall_ms > 2.0 * event_ms + 0.5:
+            return (f"work outside the harness stream: {wall_ms:.3f} ms with the device synchronised "
+                    f"against {event_ms:.3f} ms on the stream")
+        return None
+
+    def release(self, inputs: Inputs) -> None:
+        for tensor in (inputs.q, inputs.k, inputs.v, inputs.o):
+            tensor.fill_(float("nan"))  # a kernel that reads freed memory later reads NaN
+        torch.cuda.synchronize()

@@ -1,0 +1,120 @@
+"""The harness on the CPU task: the original passes, every planted cheat is rejected for its reason,
+bad kernels (crash, hang, compile error) are rejected without killing the harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evokernel.harness import CheckOptions, check_kernel, check_source, get_task
+from evokernel.harness.sandbox import clean_environment
+from planted import CPU_CHEATS
+
+TASK = get_task("attention-fwd-cpu")
+ORIGINAL = TASK.original.read_text()
+QUICK = CheckOptions(scenario_set="quick", rounds=3)
+
+
+def test_original_passes_every_scenario_with_speedup_near_one():
+    report = check_kernel(TASK.original, TASK, CheckOptions(scenario_set="all", rounds=5))
+    assert report.correct, report.failure
+    assert len(report.scenarios) == len(TASK.scenarios("all"))
+    assert all(s.correct and s.time_ms > 0 and s.max_err <= s.tolerance for s in report.scenarios)
+    assert 0.7 < report.geomean_speedup < 1.4
+
+
+def test_slow_but_correct_kernel_passes():
+    slow = ORIGINAL.replace("#define BLOCK_Q 4 ", "#define BLOCK_Q 1 ").replace("#define BLOCK_K 8 ", "#define BLOCK_K 4 ")
+    assert slow != ORIGINAL
+    report = check_source(slow, TASK, QUICK)
+    assert report.correct, report.failure
+    assert report.geomean_speedup is not None
+
+
+@pytest.mark.parametrize("cheat", CPU_CHEATS, ids=lambda c: c.name)
+def test_planted_cheat_is_rejected(cheat):
+    report = check_source(cheat.edit(ORIGINAL), TASK, QUICK)
+    assert not report.correct, f"{cheat.name} ({cheat.design_item}) passed the gate"
+    assert report.geomean_speedup is None
+    assert cheat.expected in report.failure, report.failure
+
+
+def test_rejection_names_the_scenario_and_check():
+    report = check_source(CPU_CHEATS[1].edit(ORIGINAL), TASK, QUICK)
+    first = TASK.scenarios("quick")[0].name
+    assert report.failure.startswith(first) and "exceeds" in report.failure
+    assert report.scenarios[0].correct is False and report.scenarios[0].error
+
+
+def test_crashing_kernel_is_a_rejection_not_a_dead_harness():
+    crash = ORIGINAL.replace("if (!p || !p->q", "if (((volatile int*)0)[0] == 1) return 9;\n  if (!p || !p->q")
+    report = check_source(crash, TASK, QUICK)
+    assert not report.correct and "crashed (SIGSEGV)" in report.failure and "verification" in report.failure
+
+
+def test_hanging_kernel_is_killed_at_the_time_limit():
+    hang = ORIGINAL.replace("if (!p || !p->q", "for (volatile int spin = 1; spin;) {}\n  if (!p || !p->q")
+    report = check_source(hang, TASK, CheckOptions(scenario_set="quick", timeout_s=3))
+    assert not report.correct and "timed out after 3 s" in report.failure
+
+
+def test_compile_error_is_kept_for_repair():
+    report = check_source(ORIGINAL.replace("return 0;\n}", "return 0\n}"), TASK, QUICK)
+    assert not report.correct and "does not compile" in report.failure
+    assert "error" in report.build_log
+
+
+def test_worker_environment_has_no_secrets(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "x")
+    env = clean_environment()
+    assert "OPENAI_API_KEY" not in env and "ANTHROPIC_AUTH_TOKEN" not in env and "PATH" in env
+
+
+def test_speed_reference_can_be_another_kernel(tmp_path):
+    faster = ORIGINAL.replace("#define THREADS 1 ", "#define THREADS 0 ")
+    (tmp_path / "ref.c").write_text(faster)
+    report = check_source(ORIGINAL, TASK, CheckOptions(scenario_set="quick", rounds=3,
+                                                       speed_reference=str(tmp_path / "ref.c")))
+    assert report.correct and report.speed_reference.endswith("ref.c")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evokernel.cli", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_cli_check_table_json_and_exit_codes(tmp_path):
+    out = tmp_path / "report.json"
+    proc = run_cli("check", str(TASK.original), "--task", TASK.name, "--json", str(out), "--rounds", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "geomean speedup" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["task"] == TASK.name and report["correct"] is True and report["failure"] is None
+    assert isinstance(report["geomean_speedup"], float)
+    keys = {"name", "correct", "rel_err", "time_ms", "original_time_ms", "speedup", "error"}
+    assert keys <= set(report["scenarios"][0])
+
+    bad = tmp_path / "bad.c"
+    bad.write_text(CPU_CHEATS[0].edit(ORIGINAL))
+    proc = run_cli("check", str(bad), "--task", TASK.name, "--json", str(out))
+    assert proc.returncode == 1 and "rejected" in proc.stdout
+    assert json.loads(out.read_text())["correct"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["check", "missing.c", "--task", "attention-fwd-cpu"], "kernel file not found"),
+    (["check", "{original}", "--task", "nope"], "unknown task 'nope'"),
+    (["check", "{original}", "--task", "attention-fwd-cpu", "--scenarios", "huge"], "no scenario set 'huge'"),
+    (["check", "{original}", "--task", "attention-fwd-cpu", "--original", "cudnn"], "neither a file nor a baseline"),
+    (["check", "{original}", "--task", "attention-fwd-cpu", "--trials", "0"], "--trials"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, message):
+    proc = run_cli(*[a.format(original=TASK.original) for a in args])
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
