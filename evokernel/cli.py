@@ -112,6 +112,68 @@ def tasks() -> None:
 
 # -- question bank (bank list/add/lint/stats/review) -----------------------------------------------
 
+_bank_dirs = click.option("--bank", "bank_dirs", multiple=True, type=click.Path(path_type=Path),
+                          help="A user bank directory (repeatable).")
+_builtin = click.option("--builtin/--no-builtin", default=True, show_default=True, help="Include the built-in bank.")
+
+
+@main.group(cls=Group)
+def bank() -> None:
+    """The question bank: list, add, lint, statistics, review of proposed questions."""
+
+
+@bank.command("list")
+@_bank_dirs
+@_builtin
+@click.option("--trigger", help="Only questions asked under this trigger.")
+def bank_list(bank_dirs: tuple[Path, ...], builtin: bool, trigger: str | None) -> None:
+    """List the questions in force."""
+    from evokernel.bank import TRIGGERS, load_bank
+
+    if trigger and trigger not in TRIGGERS:
+        raise BadInput(f"--trigger '{trigger}': expected one of {', '.join(TRIGGERS)}")
+    questions = load_bank(list(bank_dirs), builtin=builtin)
+    table = Table(title=f"{len(questions)} questions")
+    for column in ("id", "triggers", "layers", "text", "file"):
+        table.add_column(column, overflow="fold")
+    for q in questions:
+        if trigger is None or trigger in q.triggers:
+            table.add_row(q.id, ", ".join(q.triggers), ", ".join(q.layers), q.text, questions.files[q.id].name)
+    console.print(table)
+
+
+@bank.command("add")
+@click.option("--bank", "bank_dir", required=True, type=click.Path(path_type=Path), help="User bank directory to write to.")
+@click.option("--text", required=True, help="The question.")
+@click.option("--trigger", "triggers", multiple=True, help="When to ask it (repeatable; default: default).")
+@click.option("--layer", "layers", multiple=True, help="Layer it points at, e.g. memory (repeatable).")
+@click.option("--id", "question_id", help="Id (default: made from the text).")
+@click.option("--notes", help="Why the question exists.")
+def bank_add(bank_dir: Path, text: str, triggers: tuple[str, ...], layers: tuple[str, ...],
+             question_id: str | None, notes: str | None) -> None:
+    """Add a question to a user bank (refused with reasons if it fails the lint)."""
+    from evokernel.bank import admit_question
+
+    path = admit_question(bank_dir, text, list(triggers), list(layers), question_id, notes)
+    console.print(f"added [bold]{path.stem}[/] to {path}")
+
+
+@bank.command("lint")
+@_bank_dirs
+@_builtin
+def bank_lint(bank_dirs: tuple[Path, ...], builtin: bool) -> None:
+    """Check that every entry is a bounded question and no two repeat each other; exit 1 with reasons."""
+    from evokernel.bank import lint_questions, load_bank
+
+    questions = load_bank(list(bank_dirs), builtin=builtin)
+    problems = lint_questions(list(questions), questions.files)
+    for problem in problems:
+        click.echo(str(problem))
+    if problems:
+        click.echo(f"{len(problems)} problem(s) in {len(questions)} questions", err=True)
+        sys.exit(1)
+    console.print(f"{len(questions)} questions, no problems")
+
 
 if __name__ == "__main__":
     main()

@@ -17,8 +17,9 @@ Interface used by the search and the operators:
   a bank only when accepted (`evokernel bank review`).
 """
 
+from evokernel.bank.admit import admit_question
 from evokernel.bank.lint import Problem, duplicate_problems, lint_questions, shape_problems
 from evokernel.bank.questions import LAYERS, TRIGGERS, Bank, Question, load_bank, write_question
 
-__all__ = ["LAYERS", "TRIGGERS", "Bank", "Problem", "Question", "duplicate_problems", "lint_questions",
+__all__ = ["LAYERS", "TRIGGERS", "Bank", "Problem", "Question", "admit_question", "duplicate_problems", "lint_questions",
            "load_bank", "shape_problems", "write_question"]
