@@ -1,0 +1,137 @@
+"""Knobs: tunable constants marked in a kernel's source, and the two operators that need no LLM.
+
+A knob is a line `#define NAME VALUE  // @knob v1,v2,v3`: VALUE must be one of the listed values.
+Knob mutation changes one knob to another allowed value; knob crossover takes each knob's value
+from either parent (uniform crossover) and applies the result to the first parent's source.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, register
+
+KNOB_LINE = re.compile(r"^(?P<head>[ \t]*#[ \t]*define[ \t]+(?P<name>[A-Za-z_]\w*)[ \t]+)(?P<value>[^\s/]+)"
+                       r"(?P<tail>[ \t]*//[ \t]*@knob\b[ \t]*(?P<values>[^\n]*))$", re.MULTILINE)
+KNOB_MARK = re.compile(r"//[ \t]*@knob\b")
+CROSSOVER_DRAWS = 8  # redraws to get a child that differs from both parents
+
+
+class KnobError(ValueError):
+    """A knob line that cannot be used (the message names the line and why)."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    value: str
+    values: tuple[str, ...]
+    line: int  # 1-based line of the #define
+
+
+def parse_knobs(source: str) -> dict[str, Knob]:
+    """All knobs of a source, in order; raises KnobError for a malformed or inconsistent knob."""
+    knobs: dict[str, Knob] = {}
+    matched_lines = set()
+    for match in KNOB_LINE.finditer(source):
+        line = source.count("\n", 0, match.start()) + 1
+        matched_lines.add(line)
+        name, value = match["name"], match["value"]
+        values = tuple(v.strip() for v in match["values"].split(","))
+        if not match["values"].strip() or any(not v or re.search(r"\s", v) for v in values):
+            raise KnobError(f"line {line}: knob {name} lists no usable values ('{match['values'].strip()}'); "
+                            "expected '// @knob v1,v2,...'")
+        if len(set(values)) != len(values):
+            raise KnobError(f"line {line}: knob {name} lists a value twice ({','.join(values)})")
+        if value not in values:
+            raise KnobError(f"line {line}: knob {name} has default {value}, which is not one of its values "
+                            f"{','.join(values)}")
+        if name in knobs:
+            raise KnobError(f"line {line}: knob {name} is defined twice (first on line {knobs[name].line})")
+        knobs[name] = Knob(name, value, values, line)
+    for number, text in enumerate(source.splitlines(), 1):
+        if number not in matched_lines and KNOB_MARK.search(text):
+            raise KnobError(f"line {number}: '@knob' comment is not on a '#define NAME VALUE' line")
+    return knobs
+
+
+def knob_values(source: str) -> dict[str, str]:
+    """Current knob values of a source ({} when it has none or they cannot be parsed)."""
+    try:
+        return {name: knob.value for name, knob in parse_knobs(source).items()}
+    except KnobError:
+        return {}
+
+
+def set_knobs(source: str, values: dict[str, str]) -> str:
+    """The source with the given knobs set; every value must be one the knob allows."""
+    knobs = parse_knobs(source)
+    for name, value in values.items():
+        if name not in knobs:
+            raise KnobError(f"no knob {name} in the source")
+        if str(value) not in knobs[name].values:
+            raise KnobError(f"knob {name} does not allow {value} (allowed: {','.join(knobs[name].values)})")
+
+    def replace(match: re.Match) -> str:
+        value = values.get(match["name"], match["value"])
+        return f"{match['head']}{value}{match['tail']}"
+
+    return KNOB_LINE.sub(replace, source)
+
+
+def _parent_knobs(parent: Parent) -> dict[str, Knob]:
+    try:
+        knobs = parse_knobs(parent.source)
+    except KnobError as exc:
+        raise ProposalFailed(f"parent {parent.id}: {exc}") from None
+    if not any(len(k.values) > 1 for k in knobs.values()):
+        raise ProposalFailed(f"parent {parent.id} has no knob with more than one value")
+    return knobs
+
+
+@register("knob-mutation")
+class KnobMutation:
+    """Change one knob of the parent to another allowed value."""
+
+    name = "knob-mutation"
+    arity = 1
+    uses_llm = False
+
+    def __call__(self, parents: list[Parent], context: Context) -> Proposal:
+        parent = parents[0]
+        knobs = _parent_knobs(parent)
+        knob = knobs[context.rng.choice([name for name, k in knobs.items() if len(k.values) > 1])]
+        value = context.rng.choice([v for v in knob.values if v != knob.value])
+        child = {name: k.value for name, k in knobs.items()} | {knob.name: value}
+        return Proposal(source=set_knobs(parent.source, {knob.name: value}), operator=self.name,
+                        parent_ids=[parent.id], knobs=child)
+
+
+@register("knob-crossover")
+class KnobCrossover:
+    """Uniform crossover of the knob values of two parents with the same knobs."""
+
+    name = "knob-crossover"
+    arity = 2
+    uses_llm = False
+
+    def __call__(self, parents: list[Parent], context: Context) -> Proposal:
+        first, second = parents[0], parents[1]
+        a = {name: k.value for name, k in _parent_knobs(first).items()}
+        b = {name: k.value for name, k in _parent_knobs(second).items()}
+        if set(a) != set(b):
+            raise ProposalFailed(f"parents {first.id} and {second.id} have different knobs "
+                                 f"({','.join(sorted(a))} vs {','.join(sorted(b))})")
+        if a == b:
+            raise ProposalFailed(f"parents {first.id} and {second.id} have the same knob values")
+        child = a
+        for _ in range(CROSSOVER_DRAWS):
+            child = {name: (a if context.rng.random() < 0.5 else b)[name] for name in a}
+            if child not in (a, b):
+                break
+        try:
+            source = set_knobs(first.source, child)
+        except KnobError as exc:  # the second parent uses a value the first does not allow
+            raise ProposalFailed(f"crossover of {first.id} and {second.id}: {exc}") from None
+        return Proposal(source=source, operator=self.name, parent_ids=[first.id, second.id], knobs=child)
