@@ -24,12 +24,12 @@
 
 #define WARPS_HD128 4  // @knob 4,8
 #define MTILES_HD128 2  // @knob 1,2
-#define BLOCK_N_HD128 32  // @knob 32,64
-#define STAGES_HD128 2  // @knob 1,2
+#define BLOCK_N_HD128 64  // @knob 32,64
+#define STAGES_HD128 1  // @knob 1,2
 #define QREG_HD128 0  // @knob 0,1
 
-#define WARPS_HD256 4  // @knob 4,8
-#define BLOCK_N_HD256 32  // @knob 32,64
+#define WARPS_HD256 8  // @knob 4,8
+#define BLOCK_N_HD256 64  // @knob 32,64
 #define STAGES_HD256 2  // @knob 1,2
 #define QREG_HD256 0  // @knob 0
 // ---------------------------------------------------------------------------------------
@@ -101,9 +101,10 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
 template <int D>
 struct LaneOffs {
   uint32_t x[4];
-  __device__ __forceinline__ LaneOffs(int lr, int lc) {
+  __device__ __forceinline__ LaneOffs(uint32_t base, int lr, int lc) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) x[i] = (uint32_t)(lr * (D * 2) + (((2 * i + lc) ^ (lr & 7)) << 4));
+    for (int i = 0; i < 4; ++i)
+      x[i] = base + (uint32_t)(lr * (D * 2) + (((2 * i + lc) ^ (lr & 7)) << 4));
   }
   // byte offset of (row_off + lr, chunk 2*kk + lc)
   __device__ __forceinline__ uint32_t at(int row_off, int kk) const {
@@ -148,15 +149,16 @@ __global__ void __launch_bounds__(NW * 32)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int num_mb = gridDim.x;
   const int mb = p.causal ? (num_mb - 1 - (int)blockIdx.x) : (int)blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int hk = h / (p.heads_q / p.heads_kv);
+  const int hk = blockIdx.y / (p.heads_q / p.heads_kv);
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
   const int m0 = mb * BM;
   const long q_stride = (long)p.heads_q * D, kv_stride = (long)p.heads_kv * D;
-  const bf16* gQ = (const bf16*)p.q + ((long)b * Sq * p.heads_q + h) * D;
-  const bf16* gK = (const bf16*)p.k + ((long)b * Sk * p.heads_kv + hk) * D;
-  const bf16* gV = (const bf16*)p.v + ((long)b * Sk * p.heads_kv + hk) * D;
-  bf16* gO = (bf16*)p.o + ((long)b * Sq * p.heads_q + h) * D;
+  // Base pointers are recomputed where used (cheap integer work) rather than kept live
+  // across the main loop, where registers are short.
+#define EVK_GQ ((const bf16*)p.q + ((long)blockIdx.z * Sq * p.heads_q + blockIdx.y) * D)
+#define EVK_GO ((bf16*)p.o + ((long)blockIdx.z * Sq * p.heads_q + blockIdx.y) * D)
+#define EVK_GK ((const bf16*)p.k + ((long)blockIdx.z * Sk * p.heads_kv + hk) * D)
+#define EVK_GV ((const bf16*)p.v + ((long)blockIdx.z * Sk * p.heads_kv + hk) * D)
   const int diag = Sk - Sq;  // key j visible to query i iff j <= i + diag
 
   int n_end = Sk;
@@ -168,26 +170,28 @@ __global__ void __launch_bounds__(NW * 32)
     for (int i = tid; i < BM * CPR; i += NT) {
       int r = i / CPR, c = i % CPR;
       if (m0 + r < Sq)
-        *reinterpret_cast<uint4*>(gO + (long)(m0 + r) * q_stride + c * 8) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(EVK_GO + (long)(m0 + r) * q_stride + c * 8) = make_uint4(0, 0, 0, 0);
     }
     return;
   }
 
   // Prologue.
-  load_tile<BM, D, NT>(sQ, gQ, m0, Sq, q_stride, tid);
-  load_tile<BN, D, NT>(sK, gK, 0, Sk, kv_stride, tid);
+  load_tile<BM, D, NT>(sQ, EVK_GQ, m0, Sq, q_stride, tid);
+  load_tile<BN, D, NT>(sK, EVK_GK, 0, Sk, kv_stride, tid);
   cp_async_commit();
   if constexpr (STAGES == 2) {
-    load_tile<BN, D, NT>(sV, gV, 0, Sk, kv_stride, tid);
+    load_tile<BN, D, NT>(sV, EVK_GV, 0, Sk, kv_stride, tid);
     cp_async_commit();
   }
 
   const int g = lane >> 2, t = lane & 3;
   const int wrow = warp * MT * 16;  // first tile row of this warp
   // ldmatrix lane roles
-  const LaneOffs<D> qo((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);   // A (Q)
-  const LaneOffs<D> ko((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);   // B (K)
-  const LaneOffs<D> vo((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);   // B (V^T, .trans)
+  // Q (A operand) and V (B operand via .trans) share a lane role: one set of registers
+  // serves both, V at a compile-time distance; K has its own.
+  const LaneOffs<D> qo(sQ, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  const LaneOffs<D> ko(sK, (lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
+  constexpr uint32_t V_FROM_Q = (uint32_t)((BM + STAGES * BN) * D * 2);
 
   float o[MT][ND][4];
 #pragma unroll
@@ -206,27 +210,25 @@ __global__ void __launch_bounds__(NW * 32)
 
   for (int j = 0; j < n_blocks; ++j) {
     const int n0 = j * BN;
-    uint32_t kbuf, vbuf;
+    uint32_t stage_off;  // byte offset of this iteration's K/V stage
     if constexpr (STAGES == 2) {
       cp_async_wait<1>();
       __syncthreads();
       if (j + 1 < n_blocks) {
-        load_tile<BN, D, NT>(sK + ((j + 1) & 1) * BN * D * 2, gK, n0 + BN, Sk, kv_stride, tid);
+        load_tile<BN, D, NT>(sK + ((j + 1) & 1) * BN * D * 2, EVK_GK, n0 + BN, Sk, kv_stride, tid);
       }
       cp_async_commit();
       if (j + 1 < n_blocks) {
-        load_tile<BN, D, NT>(sV + ((j + 1) & 1) * BN * D * 2, gV, n0 + BN, Sk, kv_stride, tid);
+        load_tile<BN, D, NT>(sV + ((j + 1) & 1) * BN * D * 2, EVK_GV, n0 + BN, Sk, kv_stride, tid);
       }
       cp_async_commit();
-      kbuf = sK + (j & 1) * BN * D * 2;
-      vbuf = sV + (j & 1) * BN * D * 2;
+      stage_off = (j & 1) * (BN * D * 2);
     } else {
       cp_async_wait<0>();
       __syncthreads();
-      load_tile<BN, D, NT>(sV, gV, n0, Sk, kv_stride, tid);
+      load_tile<BN, D, NT>(sV, EVK_GV, n0, Sk, kv_stride, tid);
       cp_async_commit();
-      kbuf = sK;
-      vbuf = sV;
+      stage_off = 0;
     }
     if constexpr (QREG) {
       if (j == 0) {
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
           for (int kk = 0; kk < KD; ++kk)
             ldsm_x4(qf[mt][kk][0], qf[mt][kk][1], qf[mt][kk][2], qf[mt][kk][3],
-                    sQ + qo.at(wrow + mt * 16, kk));
+                    qo.at(wrow + mt * 16, kk));
       }
     }
 
@@ -257,13 +259,13 @@ __global__ void __launch_bounds__(NW * 32)
           for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kk][e];
         } else {
           ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
-                  sQ + qo.at(wrow + mt * 16, kk));
+                  qo.at(wrow + mt * 16, kk));
         }
       }
 #pragma unroll
       for (int nn = 0; nn < NS / 2; ++nn) {
         uint32_t b0, b1, b2, b3;
-        ldsm_x4(b0, b1, b2, b3, kbuf + ko.at(nn * 16, kk));
+        ldsm_x4(b0, b1, b2, b3, ko.at(nn * 16, kk) + stage_off);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_bf16(s[mt][2 * nn], a[mt], b0, b1);
@@ -345,7 +347,7 @@ __global__ void __launch_bounds__(NW * 32)
     } else {
       cp_async_wait<0>();
       __syncthreads();
-      if (j + 1 < n_blocks) load_tile<BN, D, NT>(sK, gK, n0 + BN, Sk, kv_stride, tid);
+      if (j + 1 < n_blocks) load_tile<BN, D, NT>(sK, EVK_GK, n0 + BN, Sk, kv_stride, tid);
       cp_async_commit();
     }
 
@@ -355,7 +357,7 @@ __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
       for (int dn = 0; dn < ND / 2; ++dn) {
         uint32_t b0, b1, b2, b3;
-        ldsm_x4_t(b0, b1, b2, b3, vbuf + vo.at(kk * 16, dn));
+        ldsm_x4_t(b0, b1, b2, b3, qo.at(kk * 16, dn) + (V_FROM_Q + stage_off));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_bf16(o[mt][2 * dn], pa[mt][kk], b0, b1);
@@ -365,6 +367,9 @@ __global__ void __launch_bounds__(NW * 32)
     }
   }
   cp_async_wait<0>();
+#undef EVK_GQ
+#undef EVK_GK
+#undef EVK_GV
 
   // Epilogue: normalise, stage this warp's rows through its own Q rows in smem, store 16 B.
 #pragma unroll
@@ -396,9 +401,10 @@ __global__ void __launch_bounds__(NW * 32)
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                    : "r"(sQ + swz<D>(wrow + r, c * 8)));
       const int row = m0 + wrow + r;
-      if (row < Sq) *reinterpret_cast<uint4*>(gO + (long)row * q_stride + c * 8) = v;
+      if (row < Sq) *reinterpret_cast<uint4*>(EVK_GO + (long)row * q_stride + c * 8) = v;
     }
   }
+#undef EVK_GO
 }
 
 template <int D, int NW, int MT, int BN, int STAGES, int QREG>
