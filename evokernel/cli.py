@@ -110,6 +110,259 @@ def tasks() -> None:
 
 # -- lineage inspection (runs, lineage, show, diff, export, report) --------------------------------
 
+RUN_HELP = "RUN is a run directory, a run id under ./runs, or 'latest'."
+
+
+def _open_run(run: str):
+    from evokernel.lineage import Lineage
+
+    return Lineage.open(run)
+
+
+def _when(timestamp: float | None) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else "-"
+
+
+def _gain(before: float | None, after: float | None) -> str:
+    return f" ({100 * (after / before - 1):+.1f}%)" if before and after else ""
+
+
+def _kernel_label(run, ind) -> str:
+    from rich.markup import escape
+
+    question = f" [magenta]{escape(ind.question_id)}[/]" if ind.question_id else ""
+    parent = run.parents(ind.id)[:1]
+    if ind.status == "correct":
+        result = f"[green]{_fmt(ind.fitness)}[/]" + _gain(parent[0].fitness if parent else None, ind.fitness)
+    elif ind.status == "rejected":
+        result = f"[red]rejected[/]: {escape((ind.failure or '').splitlines()[0][:90] if ind.failure else '')}"
+    else:
+        result = f"[dim]{ind.status}[/]"
+    return f"[bold]#{ind.id}[/] {ind.operator}{question} {result}"
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path), default=Path("runs"))
+def runs(directory: Path) -> None:
+    """List the runs under DIRECTORY (default ./runs), newest first."""
+    from evokernel.lineage import find_runs
+
+    summaries = find_runs(directory)
+    if not summaries:
+        console.print(f"no runs under {directory}/")
+        return
+    table = Table(title=f"runs under {directory}/")
+    for column in ("run", "status", "task", "evaluations", "best geomean", "cost $", "started"):
+        table.add_column(column, justify="left" if column in ("run", "status", "task") else "right")
+    for s in summaries:
+        best = f"{_fmt(s.best)} (#{s.best_id})" if s.best_id else "-"
+        table.add_row(s.id, s.status, s.task or "-", f"{s.evaluations} ({s.correct} ok)", best,
+                      f"{s.cost_usd:.4f}", _when(s.started_at))
+    console.print(table)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--id", "kernel_id", type=int, help="The kernel to trace.")
+@click.option("--best", is_flag=True, help="Trace the best kernel (the default).")
+@click.option("--top", type=click.IntRange(1), help="Trace each of the K best kernels.")
+@click.option("--tree", is_flag=True, help="Draw the descendant tree instead: of --id, or from the seeds to the "
+                                           "chosen best kernels.")
+def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: bool) -> None:
+    """Where a kernel came from: one line per step from the seed, with the question asked and the gain.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    if (kernel_id is not None) + best + (top is not None) > 1:
+        raise BadInput("choose one of --id, --best, --top")
+    with _open_run(run) as lin:
+        targets = [lin.get(kernel_id)] if kernel_id is not None else lin.top(top) if top else [lin.best()]
+        if not targets:
+            raise BadInput(f"run {lin.name} has no correct kernel yet")
+        if tree:
+            top_ids = {t.id for t in targets}
+            if kernel_id is not None:
+                roots, keep = [kernel_id], None
+            else:
+                keep = set().union(*(lin.ancestors(t.id) for t in targets))
+                roots = lin.roots(keep)
+
+            def draw(node, branch) -> None:
+                label = _kernel_label(lin, node.individual) + (" [yellow]★[/]" if node.individual.id in top_ids else "")
+                sub = branch.add(label + (" [dim](shown above)[/]" if node.repeat else ""))
+                for child in node.children:
+                    draw(child, sub)
+
+            for root in roots:
+                top_node = Tree(f"run {escape(lin.name)}")
+                draw(lin.descendants(root, keep), top_node)
+                console.print(top_node)
+            return
+        for target in targets:
+            steps = lin.ancestry(target.id)
+            console.print(f"[bold]run {escape(lin.name)} · kernel #{target.id}[/] · "
+                          f"{target.status} {_fmt(target.fitness)} · {len(steps) - 1} steps from seed "
+                          f"#{steps[0].individual.id}")
+            for step in steps:
+                ind, parent = step.individual, step.parent
+                question = (f"[magenta]{escape(ind.question_id)}[/] \"{escape(step.question_text or '?')}\""
+                            if ind.question_id else "[dim]no question[/]")
+                before = _fmt(parent.fitness) if parent else "-"
+                after = _fmt(ind.fitness) if ind.status == "correct" else f"[red]{ind.status}[/]"
+                others = f" (+ {', '.join(f'#{p}' for p in step.other_parents)})" if step.other_parents else ""
+                line = (f"  #{ind.id:<4} {ind.operator}{others} · {question} · {escape(ind.model or '-')} · "
+                        f"{before} -> {after}{_gain(parent.fitness if parent else None, ind.fitness)}")
+                if parent:
+                    line += (f" · wins {len(step.wins)}: {', '.join(step.wins) or '-'} · "
+                             f"losses {len(step.losses)}: {', '.join(step.losses) or '-'}")
+                console.print(line, soft_wrap=True)
+                if ind.status == "rejected":
+                    console.print(f"         [red]{escape(ind.failure or '')}[/]", soft_wrap=True)
+
+
+def _delta_table(title: str, deltas, before: str, after: str) -> Table:
+    table = Table(title=title)
+    for column in ("scenario", before, after, "ratio", "noise", "verdict"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    colour = {"win": "green", "fixed": "green", "loss": "red", "broke": "red"}
+    for d in deltas:
+        table.add_row(d.name, _fmt(d.before), _fmt(d.after), _fmt(d.ratio), f"{100 * d.noise:.1f}%",
+                      f"[{colour.get(d.verdict, 'dim')}]{d.verdict}[/]")
+    return table
+
+
+@main.command()
+@click.argument("run")
+@click.argument("kernel_id", metavar="ID", type=int)
+def show(run: str, kernel_id: int) -> None:
+    """Everything about kernel ID: source, diff against its parents, per-scenario results, build log, LLM exchange.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    from rich.markup import escape
+    from rich.rule import Rule
+    from rich.syntax import Syntax
+
+    with _open_run(run) as lin:
+        ind = lin.get(kernel_id)
+        console.print(Rule(f"kernel #{ind.id} of run {escape(lin.name)}"))
+        parents = ", ".join(f"#{p}" for p in ind.parent_ids) or "none (seed)"
+        console.print(_kernel_label(lin, ind))
+        console.print(f"operator {ind.operator} · parents {parents} · generation {ind.generation} · "
+                      f"model {escape(ind.model or '-')} · trigger {escape(ind.trigger or '-')} · "
+                      f"{escape(lin.source_name(ind.id))}", soft_wrap=True)
+        if ind.question_id:
+            text = lin.question_text(ind.question_id) or "(text not in the bank or the run)"
+            console.print(f"question [magenta]{escape(ind.question_id)}[/]: {escape(text)}", soft_wrap=True)
+        if ind.knobs:
+            console.print(f"knobs: {escape(json.dumps(ind.knobs, sort_keys=True))}")
+        language = "cuda" if ind.language == "cuda" else "c"
+        console.print(Rule("source"))
+        console.print(Syntax(lin.source(ind.id), language, line_numbers=True, word_wrap=True))
+        for parent in lin.parents(ind.id):
+            console.print(Rule(f"diff against parent #{parent.id}"))
+            console.print(Syntax(lin.diff(parent.id, ind.id) or "(identical)", "diff", word_wrap=True))
+        console.print(Rule("scenarios"))
+        rows = lin.scenarios(ind.id)
+        if rows:
+            table = Table()
+            for column in ("scenario", "ok", "rel err", "time ms", "original ms", "speedup", "spread", "error"):
+                table.add_column(column, justify="left" if column in ("scenario", "error") else "right")
+            for r in rows:
+                table.add_row(r["name"], "[green]yes[/]" if r["correct"] else "[red]NO[/]", _fmt(r["rel_err"], ".2e"),
+                              _fmt(r["time_ms"], ".4f"), _fmt(r["original_time_ms"], ".4f"), _fmt(r["speedup"]),
+                              "-" if r["spread"] is None else f"{100 * r['spread']:.1f}%", escape(r["error"] or ""))
+            console.print(table)
+            parent = lin.parents(ind.id)[:1]
+            if parent:
+                console.print(_delta_table(f"against parent #{parent[0].id}", lin.compare(parent[0].id, ind.id),
+                                           f"#{parent[0].id}", f"#{ind.id}"))
+        else:
+            console.print("[dim]no scenario results (rejected before running, or not evaluated yet)[/]")
+        if ind.failure:
+            console.print(f"[red]rejected:[/] {escape(ind.failure)}", soft_wrap=True)
+        if ind.build_log:
+            console.print(Rule("build log"))
+            console.print(ind.build_log, markup=False, highlight=False)
+        call = lin.llm_call(ind.id)
+        if call:
+            console.print(Rule(f"LLM exchange · {escape(call['model'])} · {call['prompt_tokens'] or '?'} + "
+                               f"{call['completion_tokens'] or '?'} tokens · ${call['cost_usd']:.4f}"))
+            console.print("[bold]prompt[/]")
+            console.print(call["prompt"], markup=False, highlight=False)
+            console.print("[bold]answer[/]")
+            console.print(call["response"] or call["error"] or "", markup=False, highlight=False)
+
+
+@main.command()
+@click.argument("run")
+@click.argument("id_a", metavar="ID_A", type=int)
+@click.argument("id_b", metavar="ID_B", type=int)
+def diff(run: str, id_a: int, id_b: int) -> None:
+    """Source diff from kernel ID_A to ID_B and their per-scenario speeds.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    from rich.syntax import Syntax
+
+    with _open_run(run) as lin:
+        a, b = lin.get(id_a), lin.get(id_b)
+        console.print(Syntax(lin.diff(a.id, b.id) or "(identical sources)", "diff", word_wrap=True))
+        console.print(_delta_table(f"speedup over the original: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
+                                   f"#{a.id}", f"#{b.id}"))
+        console.print(f"geomean: #{a.id} {_fmt(a.fitness)} ({a.status}) -> #{b.id} {_fmt(b.fitness)} ({b.status})"
+                      f"{_gain(a.fitness, b.fitness)}")
+
+
+@main.command()
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Directory to write individuals, scenario_results and llm_calls into (created).")
+def export(run: str, fmt: str, output: Path) -> None:
+    """Write the run as tables: OUTPUT/individuals.FMT, OUTPUT/scenario_results.FMT, OUTPUT/llm_calls.FMT.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    if output.exists() and not output.is_dir():
+        raise BadInput(f"-o {output}: exists and is not a directory (export writes several tables into a directory)")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise BadInput("--format parquet needs pyarrow (pip install 'evokernel[report]')") from None
+    with _open_run(run) as lin:
+        tables = {"individuals": lin.individuals_table(), "scenario_results": lin.scenarios_table(),
+                  "llm_calls": lin.llm_calls_table()}
+        output.mkdir(parents=True, exist_ok=True)
+        for name, frame in tables.items():
+            path = output / f"{name}.{fmt}"
+            frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path, index=False)
+            console.print(f"{path}: {len(frame)} rows")
+
+
+@main.command()
+@click.argument("run")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True)
+@click.option("--top", "top_k", type=click.IntRange(1), default=10, show_default=True,
+              help="Kernels shown in the lineage graph and the heatmap.")
+def report(run: str, output: Path, top_k: int) -> None:
+    """Write a self-contained HTML report of the run (opens offline in any browser).
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    from evokernel.report import write_report
+
+    with _open_run(run) as lin:
+        write_report(lin, output, top_k)
+        console.print(f"wrote {output} ({output.stat().st_size // 1024} KiB): run {lin.name}, "
+                      f"{len(lin.individuals)} kernels")
+
 # -- question bank (bank list/add/lint/stats/review) -----------------------------------------------
 
 _bank_dirs = click.option("--bank", "bank_dirs", multiple=True, type=click.Path(path_type=Path),
@@ -173,6 +426,53 @@ def bank_lint(bank_dirs: tuple[Path, ...], builtin: bool) -> None:
         click.echo(f"{len(problems)} problem(s) in {len(questions)} questions", err=True)
         sys.exit(1)
     console.print(f"{len(questions)} questions, no problems")
+
+
+@bank.command("stats")
+@click.argument("runs", nargs=-1, required=True)
+def bank_stats(runs: tuple[str, ...]) -> None:
+    """Per question over RUNS (run directories or ids): times asked, children correct, better than parent, mean gain."""
+    from evokernel.bank import question_stats
+    from evokernel.lineage import resolve_run
+
+    frame = question_stats([resolve_run(spec) for spec in runs])
+    table = Table(title=f"questions asked in {len(runs)} run(s)")
+    for column in ("question", "asked", "correct", "better", "mean gain", "text"):
+        table.add_column(column, justify="right" if column in ("asked", "correct", "better", "mean gain") else "left",
+                         overflow="fold")
+    for row in frame.itertuples(index=False):
+        gain = "-" if row.mean_gain is None or row.mean_gain != row.mean_gain else f"{100 * row.mean_gain:+.1f}%"
+        table.add_row(row.question_id, str(row.asked), str(row.correct), str(row.better), gain, row.text or "")
+    console.print(table)
+
+
+@bank.command("review")
+@click.argument("run")
+@click.option("--accept", "accept", multiple=True, help="Accept a proposed question (repeatable; needs --bank).")
+@click.option("--reject", "reject", multiple=True, help="Reject a proposed question (repeatable).")
+@click.option("--bank", "bank_dir", type=click.Path(path_type=Path), help="User bank directory accepted questions go to.")
+def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank_dir: Path | None) -> None:
+    """Show the questions the LLM proposed in RUN; accept (write to --bank) or reject them."""
+    from evokernel.bank import review_proposed
+    from evokernel.lineage import resolve_run
+    from evokernel.store import Store
+
+    run_dir = resolve_run(run)
+    with Store(run_dir, readonly=not (accept or reject)) as store:
+        for question_id in accept:
+            path = review_proposed(store, question_id, True, bank_dir)
+            console.print(f"accepted [bold]{question_id}[/] into {path}")
+        for question_id in reject:
+            review_proposed(store, question_id, False, None)
+            console.print(f"rejected [bold]{question_id}[/]")
+        rows = store.proposed_questions()
+    table = Table(title=f"questions proposed in {run_dir.name}")
+    for column in ("id", "status", "after kernel", "triggers", "layers", "text"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["id"], row["status"], str(row["from_individual"] or "-"), ", ".join(row["triggers"]),
+                      ", ".join(row["layers"]), row["text"])
+    console.print(table if rows else f"no questions proposed in {run_dir.name}")
 
 
 if __name__ == "__main__":

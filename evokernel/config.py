@@ -40,6 +40,9 @@ class ModelConfig(Strict):
     model: str = Field(description="any litellm model string, e.g. openai/gpt-4o or anthropic/claude-...")
     weight: float = Field(1.0, gt=0)
     api_base: str | None = None
+    api_key_env: str | None = Field(None, description="environment variable holding the API key (default: litellm's)")
+    usd_per_mtok_in: float | None = Field(None, ge=0, description="price override per million prompt tokens")
+    usd_per_mtok_out: float | None = Field(None, ge=0, description="price override per million completion tokens")
 
 
 class LLMConfig(Strict):
@@ -51,6 +54,9 @@ class LLMConfig(Strict):
     max_retries: int = Field(3, ge=0)
     max_concurrent: int = Field(4, ge=1, description="LLM proposals in flight at once")
     cache: bool = Field(True, description="cache answers by prompt in the run directory (replay without an API)")
+    cache_dir: Path | None = Field(None, description="answer cache directory (default: <run>/llm_cache); "
+                                   "point at an earlier run's cache to replay it without an API")
+    retry_backoff_s: float = Field(2.0, ge=0, description="first wait after a rate limit; doubles per retry")
 
 
 class BankConfig(Strict):
@@ -127,6 +133,9 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunCo
     if base_dir is not None:
         config.seeds = [p if p.is_absolute() else (base_dir / p) for p in config.seeds]
         config.bank.dirs = [p if p.is_absolute() else (base_dir / p) for p in config.bank.dirs]
+        config.bank.stats_from = [p if p.is_absolute() else (base_dir / p) for p in config.bank.stats_from]
+        if config.llm.cache_dir is not None and not config.llm.cache_dir.is_absolute():
+            config.llm.cache_dir = base_dir / config.llm.cache_dir
     for index, seed in enumerate(config.seeds):
         if not seed.is_file():
             raise BadInput(f"{source}: field 'seeds.{index}': file not found: {seed}")

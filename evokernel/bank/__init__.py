@@ -1,25 +1,51 @@
 """The question bank: questions (YAML), lint, when to ask (triggers), which to ask (policy), what paid (stats).
 
-Interface used by the search and the operators:
-- `load_bank(dirs, builtin=True) -> Bank`; `Bank.for_trigger(trigger)`; `Question` (id, text, triggers, layers).
-- `lint_questions(questions, files) -> list[Problem]`; `shape_problems(text)`; `duplicate_problems(text, others)`.
+Interface used by the search, the operators and the CLI:
+- `load_bank(dirs, builtin=True) -> Bank`; `Bank.for_trigger(trigger)`, `Bank.get(id)`; `Question`
+  (id, text, triggers, layers, notes); `question_text(id)` (built-in bank lookup, LookupError if unknown).
+- `lint_questions(questions, files) -> list[Problem]`; `shape_problems(text)`; `duplicate_problems(text, others)`;
+  `admit_question(dir, text, triggers, layers, id)` writes a question to a user bank after the lint.
 - `QuestionPolicy(bank, prior)`: `choose(trigger, rng, store) -> Question`, Thompson sampling on
-  "child beat its parent", counts taken from the live run's store plus `prior` (`prior_from_runs(dirs)`).
-- `question_stats(run_dirs) -> pandas.DataFrame` per question: asked, children, correct, better, mean_gain.
-- `TriggerMonitor(config.triggers, store=None)`: the search calls `observe(child_id, parent_fitness,
-  child_fitness, proposal)` after every evaluation (returns the events fired, records each in the store,
-  and harvests a question the LLM proposed when the child beat its parent) and `active()` before each
-  LLM proposal (the trigger to ask under; one-shot events are consumed).
+  "child beat its parent", counts from the live run's store plus `prior` (`prior_from_runs(config.bank.stats_from)`).
+- `question_stats(run_dirs) -> pandas.DataFrame` per question: asked, correct, better, mean_gain, text.
+- `TriggerMonitor(config.triggers, store)`: the search calls `observe(child_id, parent_fitness, child_fitness,
+  proposal)` after every evaluation (returns the events fired: stagnation, declared-limit, suspicious-gain;
+  records each with `store.add_trigger_event`; stores a question the LLM proposed when its child beat the
+  parent), `declared_limit(proposal)` for a proposal that declared a limit and was not evaluated, and
+  `active()` before each LLM proposal (the trigger to put in `Context.trigger`; one-shot events are consumed).
 - `needs_recheck(parent_fitness, child_fitness, report, config.triggers)` and `recheck_options(options,
-  config.triggers, rng)`: a suspicious gain is re-checked with more trials and a fresh seed before it
-  may become the best.
-- `parse_proposed_question(answer)`, `accept_proposed(store, id, bank_dir)`: LLM-proposed questions join
-  a bank only when accepted (`evokernel bank review`).
+  config.triggers, rng)`: a child with a suspicious gain is checked again by the harness with more trials
+  and a fresh seed; only the re-check's verdict may make it the best.
+- `parse_proposed_question(answer)`, `review_proposed(store, id, accept, bank_dir)`, `PROPOSAL_FORMAT`:
+  LLM-proposed questions are stored as `proposed` and join a bank only when accepted (`evokernel bank review`).
 """
+
+from __future__ import annotations
+
+from functools import lru_cache
 
 from evokernel.bank.admit import admit_question
 from evokernel.bank.lint import Problem, duplicate_problems, lint_questions, shape_problems
+from evokernel.bank.policy import QuestionPolicy
+from evokernel.bank.proposals import PROPOSAL_FORMAT, parse_proposed_question, review_proposed
 from evokernel.bank.questions import LAYERS, TRIGGERS, Bank, Question, load_bank, write_question
+from evokernel.bank.stats import prior_from_runs, question_stats
+from evokernel.bank.triggers import TriggerMonitor, needs_recheck, recheck_options
 
-__all__ = ["LAYERS", "TRIGGERS", "Bank", "Problem", "Question", "admit_question", "duplicate_problems", "lint_questions",
-           "load_bank", "shape_problems", "write_question"]
+
+@lru_cache(maxsize=1)
+def _builtin() -> Bank:
+    return load_bank()
+
+
+def question_text(question_id: str) -> str:
+    """Text of a built-in question (for reports); LookupError if the built-in bank has no such id."""
+    if question_id not in _builtin().questions:
+        raise LookupError(question_id)
+    return _builtin().questions[question_id].text
+
+
+__all__ = ["LAYERS", "PROPOSAL_FORMAT", "TRIGGERS", "Bank", "Problem", "Question", "QuestionPolicy",
+           "TriggerMonitor", "admit_question", "duplicate_problems", "lint_questions", "load_bank",
+           "needs_recheck", "parse_proposed_question", "prior_from_runs", "question_stats", "question_text",
+           "recheck_options", "review_proposed", "shape_problems", "write_question"]

@@ -1,0 +1,140 @@
+"""Question operators: a child kernel is the answer to a question from the bank, asked of an LLM.
+
+- `question-mutation`: one parent and a question chosen for the active trigger;
+- `question-crossover`: two parents and a question about their difference;
+- `repair`: a failing child, its compiler or verification error and a repair question, a bounded
+  number of times per line.
+Every operator records the question id, trigger, model and LLM call on its Proposal; an answer
+that yields no kernel raises ProposalFailed with the call id (recorded, never fatal).
+`build_services(config, store)` makes what they need in `Context.services`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evokernel.bank import Question, QuestionPolicy, load_bank, prior_from_runs
+from evokernel.config import RunConfig
+from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, register
+from evokernel.mutations.edits import parse_answer
+from evokernel.mutations.llm import LLMClient
+from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
+
+
+def build_services(config: RunConfig, store) -> dict:
+    """The LLM client (cache in the run directory unless `llm.cache_dir`), the bank and the policy."""
+    bank = load_bank(config.bank.dirs, builtin=config.bank.builtin)
+    cache_dir = config.llm.cache_dir or (Path(store.run_dir) / "llm_cache")
+    return {
+        "llm": LLMClient(config.llm, store, cache_dir, config.budget.usd),
+        "bank": bank,
+        "policy": QuestionPolicy(bank, prior_from_runs(config.bank.stats_from)),
+    }
+
+
+class _QuestionOperator:
+    """Shared by the three operators: choose a question, ask, parse, describe the child."""
+
+    name = ""
+    arity = 1
+    uses_llm = True
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+
+    def _services(self, context: Context) -> tuple[LLMClient, QuestionPolicy]:
+        try:
+            return context.services["llm"], context.services["policy"]
+        except KeyError:
+            raise ProposalFailed(f"{self.name} needs an LLM: set llm.models in the config") from None
+
+    def _answer(self, prompt: str, question: Question, trigger: str, parents: list[Parent],
+                context: Context) -> Proposal:
+        client, _ = self._services(context)
+        answer = client.ask(prompt, context.rng, operator=self.name, question_id=question.id,
+                            parent_ids=[p.id for p in parents])
+        try:
+            parsed = parse_answer(answer.text, parents[0].source)
+        except ProposalFailed as exc:
+            raise ProposalFailed(f"{self.name} ({question.id}): {exc}", answer.call_id) from None
+        return Proposal(source=parsed.source, operator=self.name, parent_ids=[p.id for p in parents],
+                        question_id=question.id, trigger=trigger, model=answer.model, llm_call_id=answer.call_id,
+                        declared_limit=parsed.declared_limit)
+
+    def _question(self, trigger: str, context: Context) -> Question:
+        _, policy = self._services(context)
+        return policy.choose(trigger, context.rng, context.store)
+
+
+@register("question-mutation")
+class QuestionMutation(_QuestionOperator):
+    """Ask one question about one parent; the answer is the child."""
+
+    name = "question-mutation"
+
+    def __call__(self, parents: list[Parent], context: Context) -> Proposal:
+        trigger = context.trigger or "default"
+        question = self._question(trigger, context)
+        prompt = mutation_prompt(parents[0], question, trigger, context.task_name, context.language,
+                                 self.config.triggers.propose_questions)
+        return self._answer(prompt, question, trigger, parents[:1], context)
+
+
+@register("question-crossover")
+class QuestionCrossover(_QuestionOperator):
+    """Ask a question about the difference between two parents; the answer combines them."""
+
+    name = "question-crossover"
+    arity = 2
+
+    def __call__(self, parents: list[Parent], context: Context) -> Proposal:
+        if len(parents) < 2 or parents[0].source == parents[1].source:
+            raise ProposalFailed("question-crossover needs two different parents")
+        question = self._question("crossover", context)
+        prompt = crossover_prompt(parents[0], parents[1], question, context.task_name, context.language,
+                                  self.config.triggers.propose_questions)
+        return self._answer(prompt, question, "crossover", parents[:2], context)
+
+
+def failure_text(report: dict | None) -> str | None:
+    """The harness's reason for rejecting a kernel, with the build log or failing scenarios; None if it passed."""
+    if not report or report.get("correct"):
+        return None
+    parts = [report.get("failure") or "rejected"]
+    if report.get("build_log"):
+        parts.append(report["build_log"])
+    parts += [f"{s['name']}: {s['error']}" for s in report.get("scenarios", []) if s.get("error")]
+    return "\n".join(parts)
+
+
+def repairs_so_far(store, parent_id: int) -> int:
+    """Repairs already spent on this line: repair children of the parent plus repair ancestors."""
+    if store is None:
+        return 0
+    individuals = {i.id: i for i in store.individuals()}
+    children = sum(1 for i in individuals.values() if i.operator == "repair" and i.parent_ids[:1] == [parent_id])
+    depth, current = 0, individuals.get(parent_id)
+    while current is not None and current.operator == "repair" and current.parent_ids:
+        depth += 1
+        current = individuals.get(current.parent_ids[0])
+    return children + depth
+
+
+@register("repair")
+class Repair(_QuestionOperator):
+    """Ask a repair question about a kernel the harness rejected, with its error."""
+
+    name = "repair"
+
+    def __call__(self, parents: list[Parent], context: Context) -> Proposal:
+        failing = parents[0]
+        error = failure_text(failing.report)
+        if error is None:
+            raise ProposalFailed(f"repair: kernel #{failing.id} did not fail (nothing to repair)")
+        spent = repairs_so_far(context.store, failing.id)
+        if spent >= self.config.triggers.max_repairs:
+            raise ProposalFailed(f"repair: {spent} repairs already spent on kernel #{failing.id}'s line "
+                                 f"(triggers.max_repairs = {self.config.triggers.max_repairs})")
+        question = self._question("repair", context)
+        prompt = repair_prompt(failing, question, context.task_name, context.language, error)
+        return self._answer(prompt, question, "repair", parents[:1], context)
