@@ -58,7 +58,11 @@ def prompt_key(prompt: str) -> str:
 
 
 class LLMClient:
-    """Ask prompts of the configured models. Thread-safe; one client per run."""
+    """Ask prompts of the configured models. Thread-safe; one client per run.
+
+    `store` is the run's store for the budget; a caller on another thread passes its own connection
+    to `ask(store=...)` (an SQLite connection serves only the thread that made it).
+    """
 
     RETRYABLE = ("RateLimitError", "InternalServerError", "ServiceUnavailableError", "APIConnectionError")
 
@@ -75,16 +79,18 @@ class LLMClient:
         self._lock = threading.Lock()
 
     # -- budget ---------------------------------------------------------------------------------
-    def spent(self) -> float:
+    def spent(self, store=None) -> float:
         """USD spent by this run so far (all recorded calls, including before a resume)."""
-        if self.store is not None:
-            with self._lock:
-                return self.store.total_cost()
-        return self._spent
+        store = store if store is not None else self.store
+        return store.total_cost() if store is not None else self._spent
+
+    def is_exhausted(self, store=None) -> bool:
+        return self.usd_budget is not None and self.spent(store) >= self.usd_budget
 
     @property
     def exhausted(self) -> bool:
-        return self.usd_budget is not None and self.spent() >= self.usd_budget
+        """Whether the USD budget is spent (read through the client's own store: call from its thread)."""
+        return self.is_exhausted()
 
     # -- cache ----------------------------------------------------------------------------------
     def _cache_path(self, key: str) -> Path:
@@ -109,10 +115,10 @@ class LLMClient:
             scratch.replace(path)
 
     # -- recording ------------------------------------------------------------------------------
-    def _record(self, call: LLMCall) -> int | None:
+    def _record(self, call: LLMCall, store) -> int | None:
         with self._lock:
             self._spent += call.cost_usd
-            return self.store.add_llm_call(call) if self.store is not None else None
+        return store.add_llm_call(call) if store is not None else None
 
     # -- models ---------------------------------------------------------------------------------
     def _order(self, rng: random.Random) -> list[ModelConfig]:
@@ -144,11 +150,12 @@ class LLMClient:
 
     # -- asking ---------------------------------------------------------------------------------
     def ask(self, prompt: str, rng: random.Random, operator: str | None = None, question_id: str | None = None,
-            parent_ids: list[int] | None = None) -> Answer:
+            parent_ids: list[int] | None = None, store=None) -> Answer:
         """The answer to `prompt`: from the cache if this run asked it before, else from a model.
 
         Raises BudgetExhausted when the budget is spent, ProposalFailed when every model failed.
         """
+        store = store if store is not None else self.store
         key = prompt_key(prompt)
         with self._lock:
             occurrence = self._asked[key]
@@ -158,10 +165,11 @@ class LLMClient:
         if cached is not None:
             call_id = self._record(LLMCall(model=cached.model, prompt=prompt, response=cached.response, cached=True,
                                            prompt_tokens=cached.prompt_tokens,
-                                           completion_tokens=cached.completion_tokens, latency_s=0.0, **meta))
+                                           completion_tokens=cached.completion_tokens, latency_s=0.0, **meta),
+                                   store)
             return Answer(cached.response, cached.model, call_id, True)
-        if self.exhausted:
-            raise BudgetExhausted(f"USD budget spent (${self.spent():.4f} of ${self.usd_budget:.4f})")
+        if self.is_exhausted(store):
+            raise BudgetExhausted(f"USD budget spent (${self.spent(store):.4f} of ${self.usd_budget:.4f})")
         last_error, last_id = "no model tried", None
         for model in self._order(rng):
             for attempt in range(self.config.max_retries + 1):
@@ -171,7 +179,7 @@ class LLMClient:
                 except Exception as exc:  # any provider error is recorded; only transient ones are retried
                     last_error = f"{type(exc).__name__}: {str(exc)[:500]}"
                     last_id = self._record(LLMCall(model=model.model, prompt=prompt, error=last_error,
-                                                   latency_s=time.monotonic() - started, **meta))
+                                                   latency_s=time.monotonic() - started, **meta), store)
                     if type(exc).__name__ not in self.RETRYABLE or attempt == self.config.max_retries:
                         break
                     time.sleep(self.config.retry_backoff_s * 2 ** attempt * (1 + 0.25 * rng.random()))
@@ -183,7 +191,7 @@ class LLMClient:
                 call_id = self._record(LLMCall(
                     model=model.model, prompt=prompt, response=text, prompt_tokens=prompt_tokens,
                     completion_tokens=completion_tokens, latency_s=time.monotonic() - started,
-                    cost_usd=self._cost(model, response, prompt_tokens, completion_tokens), **meta))
+                    cost_usd=self._cost(model, response, prompt_tokens, completion_tokens), **meta), store)
                 self._remember(key, _Cached(model.model, text, prompt_tokens, completion_tokens))
                 return Answer(text, model.model, call_id, False)
         raise ProposalFailed(f"LLM call failed on every model ({last_error})", last_id)

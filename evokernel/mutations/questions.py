@@ -52,7 +52,7 @@ class _QuestionOperator:
                 context: Context) -> Proposal:
         client, _ = self._services(context)
         answer = client.ask(prompt, context.rng, operator=self.name, question_id=question.id,
-                            parent_ids=[p.id for p in parents])
+                            parent_ids=[p.id for p in parents], store=context.store)
         try:
             parsed = parse_answer(answer.text, parents[0].source)
         except ProposalFailed as exc:

@@ -1,0 +1,132 @@
+"""The question bank: format and loader errors, the built-in bank, lint rules, `evokernel bank list/add/lint`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from evokernel.bank import LAYERS, TRIGGERS, lint_questions, load_bank, shape_problems
+from evokernel.bank.lint import similarity
+from evokernel.bank.questions import Question, load_file
+from evokernel.cli import main
+from evokernel.errors import BadInput
+
+
+def write_bank(directory: Path, entries: list[dict], name: str = "mine.yaml") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(yaml.safe_dump({"questions": entries}))
+    return path
+
+
+GOOD = {"id": "epilogue-cost", "text": "Does the conversion of the output to bf16 cost more than one percent of the time?",
+        "triggers": ["default"], "layers": ["numerics"]}
+
+
+def test_builtin_bank_is_large_covers_every_trigger_and_layer_and_passes_lint():
+    bank = load_bank()
+    assert len(bank) >= 40
+    assert {t for q in bank for t in q.triggers} == set(TRIGGERS)
+    assert set(LAYERS) <= {layer for q in bank for layer in q.layers}
+    assert lint_questions(list(bank), bank.files) == []
+    assert all(bank.files[q.id].parent.name == "builtin" for q in bank)
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ({**GOOD, "triggers": ["sometimes"]}, "question 'epilogue-cost': field 'triggers.0'"),
+    ({**GOOD, "id": "Bad Id"}, "question 'Bad Id': field 'id'"),
+    ({k: v for k, v in GOOD.items() if k != "text"}, "question 'epilogue-cost': field 'text'"),
+    ({**GOOD, "colour": "red"}, "field 'colour'"),
+    ({**GOOD, "layers": ["Memory!"]}, "field 'layers'"),
+    ({"text": "What?", "triggers": ["default"]}, "question #1: field 'id'"),
+])
+def test_loader_errors_name_file_question_and_field(tmp_path, entry, expected):
+    path = write_bank(tmp_path, [entry])
+    with pytest.raises(BadInput) as info:
+        load_file(path)
+    assert str(path) in str(info.value) and expected in str(info.value)
+
+
+def test_loader_rejects_bad_yaml_wrong_shape_and_duplicate_ids(tmp_path):
+    bad = tmp_path / "a" / "bad.yaml"
+    bad.parent.mkdir()
+    bad.write_text("questions: [unclosed\n")
+    with pytest.raises(BadInput, match="bad.yaml.*not valid YAML"):
+        load_bank([bad.parent], builtin=False)
+    wrong = write_bank(tmp_path / "b", [])
+    wrong.write_text("- id: x\n")
+    with pytest.raises(BadInput, match="one key 'questions'"):
+        load_file(wrong)
+    write_bank(tmp_path / "c", [{**GOOD, "id": "barrier-waits"}])
+    with pytest.raises(BadInput, match="field 'id': already defined in .*stagnation.yaml"):
+        load_bank([tmp_path / "c"])
+    with pytest.raises(BadInput, match="bank directory not found"):
+        load_bank([tmp_path / "missing"])
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("Make it faster.", "is a command"),
+    ("Make the kernel faster by using tensor cores?", "is a command"),
+    ("Why not use tensor cores for the second matrix product?", "'why not'"),
+    ("Have you tried a larger tile for the key dimension?", "'have you tried'"),
+    ("The kernel wastes time in the softmax rescaling step.", "does not start like a question"),
+    ("Is the kernel bound by the memory bandwidth or not", "does not end with '?'"),
+    ("Is it fast?", "too short"),
+    ("Is " + "the kernel and " * 30 + "fast?", "too long"),
+])
+def test_lint_refuses_non_questions(text, reason):
+    assert any(reason in r for r in shape_problems(text)), shape_problems(text)
+
+
+def test_lint_accepts_questions_with_lead_ins_and_flags_near_duplicates():
+    assert shape_problems("In the causal scenarios, which tiles are computed but fully masked?") == []
+    near = Question(id="near", text="Are you winning on clock cycles or only wall-clock time?", triggers=["default"],
+                    layers=["measurement"])
+    bank = load_bank()
+    problems = lint_questions([*bank, near], bank.files)
+    assert [p.question_id for p in problems] == ["near"]
+    assert "near-duplicates" in problems[0].reason and "clock-cycles-or-wall-time" in problems[0].reason
+    assert similarity(near.text, bank.get("clock-cycles-or-wall-time").text) >= 0.6
+    assert similarity(near.text, bank.get("barrier-waits").text) < 0.2
+
+
+def test_cli_add_list_lint_round_trip(tmp_path):
+    runner = CliRunner()
+    bank_dir = tmp_path / "mybank"
+    text = "Does the conversion of the output to bf16 cost more than one percent of the time?"
+    result = runner.invoke(main, ["bank", "add", "--bank", str(bank_dir), "--text", text, "--trigger", "stagnation",
+                                  "--layer", "numerics", "--id", "epilogue-cost"])
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((bank_dir / "epilogue-cost.yaml").read_text())
+    assert written == {"questions": [{"id": "epilogue-cost", "text": text, "triggers": ["stagnation"],
+                                      "layers": ["numerics"]}]}
+    listed = runner.invoke(main, ["bank", "list", "--bank", str(bank_dir), "--trigger", "stagnation"],
+                           env={"COLUMNS": "300"})
+    assert listed.exit_code == 0 and "epilogue-cost" in listed.output and "barrier-waits" in listed.output
+    assert "clock-cycles-or-wall-time" not in listed.output  # not a stagnation question
+    linted = runner.invoke(main, ["bank", "lint", "--bank", str(bank_dir)])
+    assert linted.exit_code == 0 and "54 questions, no problems" in linted.output
+    again = runner.invoke(main, ["bank", "add", "--bank", str(bank_dir), "--text", text, "--id", "other-id"])
+    assert again.exit_code == 2 and "duplicates question 'epilogue-cost'" in again.output
+
+
+def test_cli_add_refuses_a_command_with_a_clear_reason_and_writes_nothing(tmp_path):
+    result = CliRunner().invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", "Make it faster."])
+    assert result.exit_code == 2
+    assert "refused" in result.output and "is a command" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "b").exists()
+    bad_trigger = CliRunner().invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", GOOD["text"],
+                                            "--trigger", "someday"])
+    assert bad_trigger.exit_code == 2 and "field 'triggers.0'" in bad_trigger.output
+
+
+def test_cli_lint_exits_1_with_reasons(tmp_path):
+    write_bank(tmp_path, [GOOD, {**GOOD, "id": "copy"}, {"id": "cmd", "text": "Make it faster.", "triggers": ["default"],
+                                                         "layers": ["compute"]}])
+    result = CliRunner().invoke(main, ["bank", "lint", "--bank", str(tmp_path), "--no-builtin"])
+    assert result.exit_code == 1
+    assert "question 'copy': duplicates question 'epilogue-cost'" in result.output
+    assert "question 'cmd': is a command" in result.output and "mine.yaml" in result.output
