@@ -108,6 +108,134 @@ def tasks() -> None:
 
 # -- search (evokernel run) -----------------------------------------------------------------------
 
+def _run_config(config_path: Path | None, resume: Path | None, model: str | None, api_base: str | None,
+                budget: int | None, address: str | None):
+    """The config of a new or resumed run, with the command-line overrides applied and validated."""
+    from evokernel.config import load_config, parse_config
+    from evokernel.defaults import default_config_path
+
+    if resume is not None:
+        if config_path is not None:
+            raise BadInput("give either CONFIG or --resume RUN_DIR (a resumed run keeps its own config)")
+        config_path = resume / "config.yaml"
+        if not config_path.is_file():
+            raise BadInput(f"--resume {resume}: not a run directory (no config.yaml)")
+    elif config_path is None:
+        config_path = default_config_path()
+        console.print(f"[dim]no CONFIG given: using the embedded default {config_path.name}[/]")
+    config = load_config(config_path)
+    data = config.model_dump(mode="json", by_alias=True)
+    if model:
+        data["llm"]["models"] = [{"model": model, "api_base": api_base}]
+    elif api_base:
+        if not data["llm"]["models"]:
+            raise BadInput("--api-base needs a model (--model, or llm.models in the config)")
+        for entry in data["llm"]["models"]:
+            entry["api_base"] = api_base
+    if budget is not None:
+        data["budget"]["evaluations"] = budget
+    if address is not None:
+        data["resources"]["address"] = address
+    return parse_config(data, f"{config_path} (with command-line options)")
+
+
+def _progress_table(stats) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    budget = f" / {stats.budget}" if stats.budget else ""
+    table.add_row("evaluations", f"{stats.evaluations}{budget}  (in flight {stats.in_flight}, queued "
+                                 f"{stats.queued}, proposing {stats.proposing})")
+    best = "-" if stats.best_id is None else f"{stats.best_fitness:.3f} (individual {stats.best_id})"
+    table.add_row("best geomean", best)
+    failures = ", ".join(f"{kind} {n}" for kind, n in stats.failures.most_common()) or "none"
+    table.add_row("rejected", failures)
+    skipped = f"{stats.duplicates} duplicates"
+    if stats.proposal_failures:
+        skipped += ", failed proposals " + ", ".join(f"{op} {n}" for op, n in stats.proposal_failures.items())
+    table.add_row("skipped", skipped)
+    busy = "-" if stats.busy_fraction is None else f"{100 * stats.busy_fraction:.0f}%"
+    table.add_row("workers busy", f"{busy} of {stats.slots} evaluation slot(s)")
+    table.add_row("LLM cost", f"${stats.cost_usd:.2f}" if stats.llm else "no model")
+    table.add_row("elapsed", f"{stats.elapsed_s:.0f} s")
+    if stats.last:
+        table.add_row("last", stats.last)
+    return table
+
+
+def _log_line(stats) -> str:
+    best = "-" if stats.best_id is None else f"{stats.best_fitness:.3f} (#{stats.best_id})"
+    busy = "-" if stats.busy_fraction is None else f"{100 * stats.busy_fraction:.0f}%"
+    return (f"[{stats.evaluations}{'/' + str(stats.budget) if stats.budget else ''}] best {best} · busy {busy}"
+            f" · rejected {sum(stats.failures.values())} · duplicates {stats.duplicates}"
+            + (f" · ${stats.cost_usd:.2f}" if stats.llm else "") + f" · {stats.last or ''}")
+
+
+def _print_outcome(result, run_dir: Path) -> None:
+    from evokernel.store import Store
+
+    stats = result.stats
+    console.print(f"\nrun {result.status}: {result.reason} · {stats.evaluations} evaluations, "
+                  f"{sum(stats.failures.values())} rejected, {stats.duplicates} duplicates skipped")
+    if result.best is None:
+        console.print("[bold red]no correct kernel[/]")
+        return
+    best = result.best
+    with Store(run_dir, readonly=True) as store:
+        path = store.source_path(best.source_hash, best.language)
+    over_seed = (f", {best.fitness / stats.seed_fitness:.3f}x the seed (individual {stats.seed_id})"
+                 if stats.seed_fitness else "")
+    console.print(f"[bold green]best kernel[/]: individual {best.id} ({best.operator}), geomean speedup "
+                  f"{best.fitness:.3f} over the task's original{over_seed}\n  source: {path}")
+    if best.knobs:
+        console.print("  knobs: " + ", ".join(f"{k}={v}" for k, v in best.knobs.items()))
+    console.print(f"inspect it:\n  evokernel lineage {run_dir} --best\n  evokernel show {run_dir} {best.id}\n"
+                  f"  evokernel report {run_dir} -o report.html")
+
+
+@main.command()
+@click.argument("config_path", metavar="[CONFIG]", required=False, type=click.Path(path_type=Path))
+@click.option("--model", help="LLM for the question operators (any litellm model string).")
+@click.option("--api-base", help="API base URL for the model (e.g. a local OpenAI-compatible server).")
+@click.option("--budget", type=click.IntRange(1), help="Evaluations in total (a resumed run counts earlier ones).")
+@click.option("--address", help="Ray cluster to join ('auto' for the one this machine belongs to).")
+@click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this directory.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="Where new run directories are created.")
+def run(config_path: Path | None, model: str | None, api_base: str | None, budget: int | None,
+        address: str | None, resume: Path | None, runs_dir: Path) -> None:
+    """Evolve kernels: CONFIG (default: the embedded CPU or GPU config) on a local Ray instance or a cluster."""
+    from rich.live import Live
+
+    from evokernel.search import Search, new_run_dir
+
+    config = _run_config(config_path, resume, model, api_base, budget, address)
+    run_dir = resume if resume is not None else new_run_dir(runs_dir)
+    console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'")
+    if console.is_terminal:
+        live = Live(console=console, refresh_per_second=4, transient=False)
+
+        def progress(stats) -> None:
+            live.update(_progress_table(stats))
+    else:
+        live, seen = None, [None]
+
+        def progress(stats) -> None:
+            if stats.last != seen[0]:
+                seen[0] = stats.last
+                click.echo(_log_line(stats))
+
+    search = Search(config, run_dir, resume=resume is not None, progress=progress, notify=console.print)
+    if live is not None:
+        with live:
+            result = search.run()
+    else:
+        result = search.run()
+    _print_outcome(result, run_dir)
+    if result.best is None:
+        sys.exit(1)
+
+
 # -- lineage inspection (runs, lineage, show, diff, export, report) --------------------------------
 
 RUN_HELP = "RUN is a run directory, a run id under ./runs, or 'latest'."

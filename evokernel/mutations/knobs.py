@@ -3,6 +3,7 @@
 A knob is a line `#define NAME VALUE  // @knob v1,v2,v3`: VALUE must be one of the listed values.
 Knob mutation changes one knob to another allowed value; knob crossover takes each knob's value
 from either parent (uniform crossover) and applies the result to the first parent's source.
+Like every operator factory, the knob operators are built with the run's config (unused here).
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ class KnobMutation:
     arity = 1
     uses_llm = False
 
+    def __init__(self, config: object = None) -> None:
+        self.config = config
+
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         parent = parents[0]
         knobs = _parent_knobs(parent)
@@ -115,6 +119,9 @@ class KnobCrossover:
     name = "knob-crossover"
     arity = 2
     uses_llm = False
+
+    def __init__(self, config: object = None) -> None:
+        self.config = config
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         first, second = parents[0], parents[1]

@@ -97,6 +97,6 @@ class Population:
     def record(self, evaluations: int) -> dict:
         """A logbook entry for the current population."""
         members = list(self)
-        entry = self.stats.compile(members) if members else {}
+        entry = {name: float(value) for name, value in self.stats.compile(members).items()} if members else {}
         self.logbook.record(evaluations=evaluations, size=len(members), **entry)
         return self.logbook[-1]
