@@ -1,0 +1,304 @@
+"""Lineage queries and the inspection commands (runs, lineage, show, diff, export) on a synthetic run."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from evokernel.cli import main
+from evokernel.errors import BadInput
+from evokernel.lineage import Lineage, failure_reason, find_runs, resolve_run
+from evokernel.store import Store
+from test_lineage_fixture import QUESTION_TEXT, SCENARIOS, add, make_run, report
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch) -> Path:
+    """./runs/demo holding the synthetic run, with the working directory at tmp_path."""
+    make_run(tmp_path / "runs" / "demo")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "runs"
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "220"})
+
+
+# -- the API --------------------------------------------------------------------------------------------
+
+def test_ancestry_follows_primary_parents_with_per_scenario_verdicts(runs_dir):
+    with Lineage.open("demo") as run:
+        steps = run.ancestry(6)
+        assert [s.individual.id for s in steps] == [1, 2, 3, 6]
+        assert steps[0].parent is None and steps[0].deltas == []
+        # #2 against the seed: 1.5 and 1.2 win, 0.95 loses.
+        assert steps[1].wins == list(SCENARIOS[:2]) and steps[1].losses == [SCENARIOS[2]]
+        # #3 against #2: 1.2 -> 1.2 is a tie.
+        assert [d.verdict for d in steps[2].deltas] == ["win", "tie", "win"]
+        assert steps[2].question_text == QUESTION_TEXT
+        assert steps[3].other_parents == [2]
+        assert math.isclose(steps[3].deltas[0].ratio, 2.2 / 2.0)
+
+
+def test_a_rejected_child_shows_the_scenario_it_broke(runs_dir):
+    with Lineage.open("demo") as run:
+        verdicts = {d.name: d.verdict for d in run.compare(3, 4)}
+        assert verdicts[SCENARIOS[1]] == "broke"
+        assert SCENARIOS[2] not in verdicts  # the harness stopped at the first failure
+        assert run.ancestry(5)[-1].parent.id == 4
+
+
+def test_descendant_tree_marks_children_with_two_parents_once(runs_dir):
+    with Lineage.open("demo") as run:
+        tree = run.descendants(2)
+        assert [c.individual.id for c in tree.children] == [3, 6]
+        under3 = {c.individual.id: c for c in tree.children[0].children}
+        assert set(under3) == {4, 6} and not under3[6].repeat
+        assert tree.children[1].repeat and tree.children[1].children == []
+        keep = run.ancestors(6)
+        assert keep == {1, 2, 3, 6} and run.roots(keep) == [1]
+
+
+def test_question_effectiveness_counts_children_and_unanswered_calls(runs_dir):
+    with Lineage.open("demo") as run:
+        stats = run.question_stats().set_index("question_id")
+        layer = stats.loc["q-layer"]
+        assert (layer.asked, layer.correct, layer.improved) == (3, 2, 2)  # #3, #6 correct and better; #8 pending
+        gains = [run.individuals[3].fitness / run.individuals[2].fitness,
+                 run.individuals[6].fitness / run.individuals[3].fitness]  # #6: over its best parent
+        assert math.isclose(layer.mean_gain, sum(gains) / 2 - 1)
+        assert layer.text == QUESTION_TEXT
+        assert (stats.loc["q-limit"].asked, stats.loc["q-limit"].correct) == (1, 0)
+        assert stats.loc["q-verify"].asked == 1  # an LLM call that produced no child
+        assert list(stats.index)[0] == "q-layer"
+
+
+def test_failures_best_over_evaluations_and_cost(runs_dir):
+    with Lineage.open("demo") as run:
+        failures = run.failures().set_index("reason")
+        assert failures.loc["candidate does not compile"].ids == [7]
+        assert failures.loc["max error N against the reference exceeds N"].ids == [4]
+        progress = run.best_over_evaluations()
+        assert list(progress.id) == [1, 2, 3, 4, 5, 6, 7]  # the pending #8 is not an evaluation
+        assert progress.best.is_monotonic_increasing and progress.best_id.iloc[-1] == 6
+        assert pd.isna(progress.fitness.iloc[3])
+        cost = run.llm_cost()
+        assert cost.calls.sum() == 2 and cost.errors.sum() == 1
+        assert math.isclose(cost.cost_usd.sum(), 0.0145)
+        summary = run.summary()
+        assert (summary.status, summary.evaluations, summary.correct, summary.best_id) == ("done", 7, 5, 6)
+
+
+def test_failure_reasons_group_across_scenarios_and_numbers():
+    names = {"a", "b"}
+    assert failure_reason("a: max error 0.31 exceeds 1e-3", names) == failure_reason("b: max error 2 exceeds 0.5", names)
+    assert failure_reason("static guard: #include <cublas_v2.h> is not allowed ('x' at line 3)", names) == \
+        failure_reason("static guard: #include <cublas_v2.h> is not allowed ('y' at line 9)", names)
+    assert failure_reason("candidate does not compile: k.c:3: error: x", names) == "candidate does not compile"
+    assert failure_reason("", names) == "(no reason recorded)"
+
+
+def test_resolve_run_by_path_id_and_latest(runs_dir):
+    assert resolve_run("demo", runs_dir) == runs_dir / "demo"
+    assert resolve_run(str(runs_dir / "demo")) == runs_dir / "demo"
+    make_run(runs_dir / "newer")
+    os.utime(runs_dir / "newer" / "lineage.db", (2e9, 2e9))
+    assert resolve_run("latest", runs_dir) == runs_dir / "newer"
+    with pytest.raises(BadInput, match="no run 'nope'"):
+        resolve_run("nope", runs_dir)
+    with Lineage.open("demo") as run, pytest.raises(BadInput, match="no kernel 42"):
+        run.get(42)
+
+
+# -- live and copied runs -----------------------------------------------------------------------------------
+
+def test_reads_a_run_while_it_is_being_written(tmp_path):
+    writer = make_run(tmp_path / "live", close=False)
+    with Lineage(tmp_path / "live") as run:
+        assert len(run.individuals) == 8
+    with writer.transaction():  # the writer holds the write lock while a reader opens the run
+        new_id = add(writer, "knob-mutation", [6], "later", "72", None)
+        with Lineage(tmp_path / "live") as run:
+            assert new_id not in run.individuals and run.best().id == 6
+    writer.record_result(new_id, report([3.0, 3.0, 3.0]))
+    with Lineage(tmp_path / "live") as run:
+        assert run.best().id == new_id
+    writer.close()
+
+
+def test_copied_runs_open_with_or_without_wal_files(tmp_path):
+    writer = make_run(tmp_path / "live", close=False)
+    shutil.copytree(tmp_path / "live", tmp_path / "with_wal")
+    shutil.copytree(tmp_path / "live", tmp_path / "no_wal", ignore=shutil.ignore_patterns("*-wal", "*-shm"))
+    writer.close()  # checkpoints: the database file alone now holds everything
+    shutil.copytree(tmp_path / "live", tmp_path / "closed")
+    assert not (tmp_path / "closed" / "lineage.db-wal").exists()
+    for name in ("with_wal", "closed"):
+        with Lineage(tmp_path / name) as run:
+            assert run.best().id == 6 and "int block = 80;" in run.source(6)
+    with pytest.raises(BadInput, match="copied without its lineage.db-wal"):
+        Lineage(tmp_path / "no_wal")
+    result = cli("runs", str(tmp_path / "no_wal"))
+    assert result.exit_code == 0 and "unreadable" in result.output
+
+
+READ_ONLY_SCRIPT = """
+import sys
+from pathlib import Path
+from evokernel.lineage import Lineage
+with Lineage(Path(sys.argv[1])) as run:
+    print("best", run.best().id, len(run.individuals), run.source(6).count("int block = 80;"))
+"""
+
+
+def test_opens_a_run_on_a_read_only_location(tmp_path):
+    """SQLite cannot create lineage.db-shm there: the run is read from a private copy."""
+    make_run(tmp_path / "closed")
+    if os.geteuid() != 0:
+        os.chmod(tmp_path / "closed", 0o555)
+        try:
+            out = subprocess.run([sys.executable, "-c", READ_ONLY_SCRIPT, str(tmp_path / "closed")],
+                                 capture_output=True, text=True)
+        finally:
+            os.chmod(tmp_path / "closed", 0o755)
+    else:  # root ignores permissions: mount the run read-only in a private mount namespace
+        if shutil.which("unshare") is None:
+            pytest.skip("running as root without `unshare`: cannot make a read-only location")
+        (tmp_path / "ro").mkdir()
+        script = (f'mount --bind "{tmp_path / "closed"}" "{tmp_path / "ro"}" && '
+                  f'mount -o remount,ro,bind "{tmp_path / "ro"}" && '
+                  f'! touch "{tmp_path / "ro" / "probe"}" 2>/dev/null && '
+                  f'"{sys.executable}" -c \'{READ_ONLY_SCRIPT}\' "{tmp_path / "ro"}"')
+        out = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True)
+        if out.returncode != 0 and "Operation not permitted" in out.stderr:
+            pytest.skip(f"cannot mount read-only here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["best", "6", "8", "1"]
+
+
+# -- the commands ---------------------------------------------------------------------------------------------
+
+def test_runs_lists_status_evaluations_best_and_cost(runs_dir):
+    result = cli("runs")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "demo" in line)
+    for text in ("done", "attention-fwd-cpu", "7 (5 ok)", "1.802 (#6)", "0.0145"):
+        assert text in row
+    assert [s.id for s in find_runs(runs_dir)] == ["demo"]
+
+
+def test_runs_on_an_empty_and_a_missing_directory(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = cli("runs", str(tmp_path / "empty"))
+    assert result.exit_code == 0 and "no runs under" in result.output
+    result = cli("runs", str(tmp_path / "missing"))
+    assert result.exit_code == 2 and result.output.strip() == f"error: no runs directory {tmp_path / 'missing'}/"
+
+
+def test_lineage_of_the_best_prints_one_line_per_step(runs_dir):
+    result = cli("lineage", "demo")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "kernel #6" in lines[0] and "3 steps from seed #1" in lines[0]
+    steps = [line for line in lines if line.startswith("  #")]
+    assert [line.split()[0] for line in steps] == ["#1", "#2", "#3", "#6"]
+    assert "q-layer" in steps[2] and QUESTION_TEXT in steps[2] and "openai/test-model" in steps[2]
+    assert "1.196 -> 1.598 (+33.6%)" in steps[2]
+    assert f"wins 2: {SCENARIOS[0]}, {SCENARIOS[1]}" in steps[1] and f"losses 1: {SCENARIOS[2]}" in steps[1]
+    assert "(+ #2)" in steps[3]
+    assert cli("lineage", "demo", "--best").output == result.output
+
+
+def test_lineage_of_a_rejected_kernel_and_of_the_top_k(runs_dir):
+    result = cli("lineage", "demo", "--id", "4")
+    assert result.exit_code == 0
+    assert "rejected" in result.output and "max error 2 against the reference" in result.output
+    result = cli("lineage", "demo", "--top", "2")
+    headers = [line for line in result.output.splitlines() if line.startswith("run demo")]
+    assert len(headers) == 2 and "kernel #6" in headers[0] and "kernel #3" in headers[1]
+
+
+def test_lineage_tree(runs_dir):
+    result = cli("lineage", "demo", "--id", "3", "--tree")
+    assert result.exit_code == 0
+    out = result.output
+    assert "#3 question-mutation q-layer 1.598" in out and "#5 repair 1.495" in out and "#8" in out
+    assert "#2" not in out and out.index("#4") < out.index("#5")
+    result = cli("lineage", "demo", "--tree")
+    assert "#1 seed" in result.output and "(shown above)" in result.output and "#4" not in result.output
+    assert result.output.count("★") == 2  # #6 under #3 and again under its second parent #2
+
+
+def test_lineage_bad_input_exits_2(runs_dir):
+    for args, message in [(["nope"], "no run 'nope'"), (["demo", "--id", "99"], "no kernel 99"),
+                          (["demo", "--id", "2", "--top", "2"], "choose one of")]:
+        result = cli("lineage", *args)
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_show_prints_source_diff_scenarios_build_log_and_llm_exchange(runs_dir):
+    result = cli("show", "demo", "3")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "int block = 64;" in out  # source
+    assert "-    int block = 32;" in out and "+    int block = 64;" in out  # diff against #2
+    assert all(name in out for name in SCENARIOS) and "win" in out and "tie" in out
+    assert "gcc -O3 ok" in out  # build log
+    assert f"Question: {QUESTION_TEXT}" in out and "int block = 64;\n```" in out  # prompt and answer
+    assert "1200 + 300 tokens" in out and QUESTION_TEXT in out
+
+
+def test_show_a_crossover_and_a_rejected_kernel(runs_dir):
+    out = cli("show", "demo", "6").output
+    assert "diff against parent #3" in out and "diff against parent #2" in out
+    result = cli("show", "demo", "7")
+    assert result.exit_code == 0
+    assert "candidate does not compile" in result.output and "expected ';'" in result.output
+    assert "no scenario results" in result.output
+    result = cli("show", "demo", "0")
+    assert result.exit_code == 2 and result.output.startswith("error: run demo has no kernel 0")
+
+
+def test_diff_compares_sources_and_scenarios(runs_dir):
+    result = cli("diff", "demo", "2", "6")
+    assert result.exit_code == 0, result.output
+    assert "-    int block = 32;" in result.output and "+    int block = 80;" in result.output
+    rows = [line for line in result.output.splitlines() if SCENARIOS[2] in line]
+    assert rows and "0.950" in rows[0] and "1.900" in rows[0] and "2.000" in rows[0] and "win" in rows[0]
+    assert "#2 1.196 (correct) -> #6 1.802 (correct) (+50.7%)" in result.output
+    assert cli("diff", "demo", "2", "77").exit_code == 2
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_export_writes_three_tables(runs_dir, tmp_path, fmt):
+    out = tmp_path / f"export-{fmt}"
+    result = cli("export", "demo", "--format", fmt, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    read = pd.read_csv if fmt == "csv" else pd.read_parquet
+    individuals = read(out / f"individuals.{fmt}")
+    scenarios = read(out / f"scenario_results.{fmt}")
+    calls = read(out / f"llm_calls.{fmt}")
+    assert list(individuals.id) == list(range(1, 9))
+    assert individuals.set_index("id").loc[6, "parent_ids"] == "3,2"
+    assert individuals.set_index("id").loc[4, "status"] == "rejected"
+    assert math.isclose(individuals.set_index("id").loc[3, "fitness_over_parent"], 1.597914 / 1.195819, rel_tol=1e-5)
+    with Store(runs_dir / "demo", readonly=True) as store:
+        expected = sum(len(store.scenario_results(i)) for i in range(1, 9))
+    assert len(scenarios) == expected and set(scenarios.individual_id) == {1, 2, 3, 4, 5, 6}
+    assert len(calls) == 2 and calls.question_id.tolist() == ["q-layer", "q-verify"]
+
+
+def test_export_refuses_a_file_as_output(runs_dir, tmp_path):
+    (tmp_path / "file.csv").write_text("x")
+    result = cli("export", "demo", "-o", str(tmp_path / "file.csv"))
+    assert result.exit_code == 2 and "not a directory" in result.output
+    assert cli("export", "demo", "--format", "xlsx", "-o", str(tmp_path / "x")).exit_code == 2
