@@ -1,0 +1,43 @@
+"""The harness on the CUDA task (run on a GPU machine; skipped elsewhere): the original passes,
+every planted cheat is rejected for its reason, crashes and hangs are rejections."""
+
+from __future__ import annotations
+
+import pytest
+
+from evokernel.harness import CheckOptions, check_kernel, check_source, get_task
+from planted import CUDA_CHEATS
+
+pytestmark = pytest.mark.gpu
+
+TASK = get_task("attention-fwd")
+ORIGINAL = TASK.original.read_text()
+QUICK = CheckOptions(scenario_set="quick", rounds=5)
+
+
+def test_original_passes_quick_with_baselines():
+    report = check_kernel(TASK.original, TASK, CheckOptions(scenario_set="quick", rounds=5, baselines=True))
+    assert report.correct, report.failure
+    assert 0.8 < report.geomean_speedup < 1.25
+    assert set(report.baseline_geomeans) == {"cudnn", "flash"}
+    assert any(s.baselines_ms.get("cudnn") for s in report.scenarios)
+
+
+@pytest.mark.parametrize("cheat", CUDA_CHEATS, ids=lambda c: c.name)
+def test_planted_cheat_is_rejected(cheat):
+    report = check_source(cheat.edit(ORIGINAL), TASK, QUICK)
+    assert not report.correct, f"{cheat.name} ({cheat.design_item}) passed the gate"
+    assert cheat.expected in report.failure, report.failure
+
+
+def test_illegal_address_is_a_rejection():
+    bad = ORIGINAL.replace("if (d < head_dim) o[((long)b", "if (d < head_dim) o[(1L << 40) + ((long)b")
+    assert bad != ORIGINAL
+    report = check_source(bad, TASK, QUICK)
+    assert not report.correct and ("illegal" in report.failure.lower() or "crashed" in report.failure)
+
+
+def test_hanging_kernel_is_killed():
+    hang = ORIGINAL.replace("  const int warp = threadIdx.x / 32", "  while (clock64() >= 0) {}\n  const int warp = threadIdx.x / 32")
+    report = check_source(hang, TASK, CheckOptions(scenario_set="quick", timeout_s=30))
+    assert not report.correct and "timed out" in report.failure
