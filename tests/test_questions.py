@@ -1,0 +1,156 @@
+"""Question operators end to end: prompt -> real litellm -> scripted local server -> parsed child."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from evokernel.bank import TriggerMonitor
+from evokernel.config import RunConfig
+from evokernel.harness import get_task
+from evokernel.mutations import Context, Parent, ProposalFailed, operators
+from evokernel.mutations.questions import build_services
+from evokernel.store import Store
+from bank_helpers import add_kernel
+from fake_llm_server import FakeLLMServer
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+os.environ["EVK_FAKE_KEY"] = "test"
+TASK = get_task("attention-fwd-cpu")
+ORIGINAL = TASK.original.read_text()
+REPORT = {"correct": True, "geomean_speedup": 1.25, "failure": None,
+          "scenarios": [{"name": "d64-b1-h2-s33", "correct": True, "speedup": 1.31, "time_ms": 0.52, "spread": 0.02}]}
+
+
+def run_config(server: FakeLLMServer, timeout_s: float = 5, **extra) -> RunConfig:
+    return RunConfig(task=TASK.name, llm={"models": [{"model": "openai/fake", "api_base": server.api_base,
+                                                       "api_key_env": "EVK_FAKE_KEY"}],
+                                          "retry_backoff_s": 0.01, "timeout_s": timeout_s, "max_retries": 1}, **extra)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "run", create=True) as store:
+        yield store
+
+
+_SERVICES: dict[int, dict] = {}
+
+
+def context(config: RunConfig, store: Store, trigger: str = "default", seed: int = 0) -> Context:
+    """A context sharing one set of services per config, as in a run (one LLM client, one cache)."""
+    services = _SERVICES.setdefault(id(config), build_services(config, store))
+    return Context(rng=random.Random(seed), task_name=TASK.name, language=TASK.language, trigger=trigger,
+                   store=store, services=services)
+
+
+def parent(kernel_id: int = 1, source: str = ORIGINAL, report: dict | None = REPORT, fitness: float | None = 1.25):
+    return Parent(id=kernel_id, source=source, fitness=fitness, report=report,
+                  lineage="#1 seed\n#4 asked 'barrier-waits': 1.00 -> 1.25 (better)")
+
+
+def test_question_operators_are_registered():
+    registry = operators()
+    assert {"question-mutation", "question-crossover", "repair"} <= set(registry)
+    assert registry["question-crossover"](None).arity == 2 and registry["repair"](None).uses_llm
+
+
+def test_full_file_answer_makes_a_child_with_the_question_recorded(store):
+    child = ORIGINAL.replace("#define BLOCK_K 8 ", "#define BLOCK_K 16")
+    with FakeLLMServer([f"The key loop reloads Q.\n```c\n{child}```\n"]) as server:
+        config = run_config(server)
+        op = operators()["question-mutation"](config)
+        proposal = op([parent()], context(config, store, trigger="stagnation"))
+        prompt = server.requests[0]["messages"][0]["content"]
+    question = build_services(config, store)["bank"].get(proposal.question_id)
+    assert "stagnation" in question.triggers and proposal.trigger == "stagnation"
+    assert proposal.source == child and proposal.parent_ids == [1] and proposal.model == "openai/fake"
+    assert not proposal.declared_limit
+    call = store.llm_call(proposal.llm_call_id)
+    assert call["question_id"] == question.id and call["operator"] == "question-mutation"
+    # the question opens and closes the prompt; the kernel, results, lineage and contract are in between
+    assert prompt.startswith(f"# Question\n{question.text}\n") and f"# The question again\n{question.text}" in prompt
+    for part in ("#define BLOCK_K 8", "d64-b1-h2-s33 | yes | 1.310", "asked 'barrier-waits'",
+                 "evk_attention_fwd", "<<<<<<< SEARCH", "<new-question"):
+        assert part in prompt, part
+
+
+def test_search_replace_answer_and_declared_limit(store):
+    edit = "<<<<<<< SEARCH\n#define BLOCK_Q 4 \n=======\n#define BLOCK_Q 8 \n>>>>>>> REPLACE\n"
+    with FakeLLMServer([edit, "This kernel is already optimal; no change can help."]) as server:
+        config = run_config(server)
+        op = operators()["question-mutation"](config)
+        edited = op([parent()], context(config, store))
+        limit = op([parent()], context(config, store))
+    assert "#define BLOCK_Q 8" in edited.source and "#define BLOCK_Q 4 " not in edited.source
+    assert edited.question_id and not edited.declared_limit
+    assert limit.declared_limit and limit.source == ORIGINAL and limit.llm_call_id is not None
+
+
+def test_garbage_timeouts_and_rate_limits_are_recorded_failures(store):
+    script = ["I am not sure what to do here.", {"status": 429}, {"status": 429}, {"delay": 2, "content": "late"}]
+    with FakeLLMServer(script) as server:
+        config = run_config(server, timeout_s=0.5)
+        op = operators()["question-mutation"](config)
+        failures = []
+        for _ in range(3):
+            with pytest.raises(ProposalFailed) as info:
+                op([parent()], context(config, store))
+            failures.append(info.value)
+    assert "no code block" in str(failures[0]) and failures[0].llm_call_id is not None
+    assert "RateLimitError" in str(failures[1]) and "Timeout" in str(failures[2])
+    errors = [c["error"] or "" for c in store.llm_calls()]
+    assert errors[0] == "" and "RateLimitError" in errors[1] and "RateLimitError" in errors[2]
+    assert "Timeout" in errors[3]
+
+
+def test_crossover_asks_a_crossover_question_about_both_parents(store):
+    other = ORIGINAL.replace("#define THREADS 1 ", "#define THREADS 2 ")
+    with FakeLLMServer([f"```c\n{other}```"]) as server:
+        config = run_config(server)
+        proposal = operators()["question-crossover"](config)(
+            [parent(1), parent(2, other)], context(config, store))
+        prompt = server.requests[0]["messages"][0]["content"]
+    assert proposal.trigger == "crossover" and proposal.parent_ids == [1, 2]
+    assert "crossover" in build_services(config, store)["bank"].get(proposal.question_id).triggers
+    assert "Kernel A: kernel #1" in prompt and "Kernel B: kernel #2" in prompt and "#define THREADS 2 " in prompt
+
+
+def test_repair_gets_the_error_and_is_bounded(store):
+    failing_report = {"correct": False, "failure": "does not compile: error: expected ';'", "build_log": "x.c:3: error",
+                      "scenarios": []}
+    seed = add_kernel(store, ORIGINAL, 1.0)
+    broken = add_kernel(store, ORIGINAL + "int broken\n", None, [seed], "barrier-waits", "question-mutation")
+    with FakeLLMServer([f"```c\n{ORIGINAL}```", f"```c\n{ORIGINAL}// again\n```"]) as server:
+        config = run_config(server, triggers={"max_repairs": 1})
+        repair = operators()["repair"](config)
+        failing = parent(broken, ORIGINAL + "int broken\n", failing_report, None)
+        proposal = repair([failing], context(config, store))
+        prompt = server.requests[0]["messages"][0]["content"]
+        add_kernel(store, proposal.source, 1.0, [broken], proposal.question_id, "repair")
+        with pytest.raises(ProposalFailed, match="1 repairs already spent"):
+            repair([failing], context(config, store))
+        with pytest.raises(ProposalFailed, match="did not fail"):
+            repair([parent()], context(config, store))
+    assert proposal.trigger == "repair" and "expected ';'" in prompt and "x.c:3: error" in prompt
+    assert len(server.requests) == 1
+
+
+def test_a_child_that_beats_its_parent_files_the_proposed_question(store):
+    answer = (f"```c\n{ORIGINAL}// faster\n```\n<new-question triggers=\"stagnation, bogus\" layers=\"memory\">"
+              "Does every warp read the same K row from shared memory at the same time?</new-question>")
+    with FakeLLMServer([answer, answer.replace("faster", "slower")]) as server:
+        config = run_config(server)
+        op = operators()["question-mutation"](config)
+        better = op([parent()], context(config, store))
+        worse = op([parent()], context(config, store, seed=1))
+    monitor = TriggerMonitor(config.triggers, store)
+    monitor.observe(10, 0.9, 0.8, worse)  # no gain: nothing filed
+    assert store.proposed_questions() == []
+    monitor.observe(11, 1.0, 1.1, better)
+    [filed] = store.proposed_questions()
+    assert filed["text"] == "Does every warp read the same K row from shared memory at the same time?"
+    assert filed["triggers"] == ["stagnation"] and filed["layers"] == ["memory"]
+    assert filed["status"] == "proposed" and filed["from_individual"] == 11
