@@ -1,0 +1,111 @@
+"""Triggers, the re-check of suspicious gains, the Thompson-sampling policy, `bank stats` and `bank review`."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from click.testing import CliRunner
+
+from evokernel.bank import QuestionPolicy, TriggerMonitor, load_bank, needs_recheck, prior_from_runs, question_stats
+from evokernel.bank.triggers import recheck_options
+from evokernel.cli import main
+from evokernel.config import TriggerConfig
+from evokernel.harness import CheckOptions
+from evokernel.mutations import Proposal
+from evokernel.store import Store
+from bank_helpers import make_run
+
+
+def test_stagnation_fires_after_n_evaluations_and_ends_with_a_new_best(tmp_path):
+    with Store(tmp_path / "run", create=True) as store:
+        monitor = TriggerMonitor(TriggerConfig(stagnation_evaluations=3), store)
+        assert monitor.observe(1, None, 1.0) == [] and monitor.active() == "default"
+        fired = [monitor.observe(i, 1.0, 0.9) for i in range(2, 8)]
+        assert fired == [[], [], ["stagnation"], [], [], ["stagnation"]]
+        assert monitor.active() == "stagnation" and monitor.active() == "stagnation"  # persists while stalled
+        monitor.observe(8, 1.0, 1.2)
+        assert monitor.active() == "default"
+        events = store.trigger_events()
+    assert [(e["kind"], e["evaluation"], e["individual_id"]) for e in events] == [("stagnation", 4, 4),
+                                                                                  ("stagnation", 7, 7)]
+
+
+def test_declared_limit_and_suspicious_gain_are_one_shot_and_recorded(tmp_path):
+    limit = Proposal(source="x", operator="question-mutation", parent_ids=[1], llm_call_id=5, declared_limit=True)
+    with Store(tmp_path / "run", create=True) as store:
+        monitor = TriggerMonitor(TriggerConfig(suspicious_gain=1.5, propose_questions=False), store)
+        monitor.observe(1, None, 1.0)
+        assert monitor.observe(2, 1.0, 0.9, limit) == ["declared-limit"]
+        assert monitor.observe(3, 1.0, 1.6) == ["suspicious-gain"]
+        assert [monitor.active(), monitor.active(), monitor.active()] == ["suspicious-gain", "declared-limit",
+                                                                         "default"]
+        monitor.declared_limit(limit)  # a declared limit that was not evaluated (unchanged kernel)
+        assert monitor.active() == "declared-limit"
+        kinds = [(e["kind"], e["individual_id"]) for e in store.trigger_events()]
+    assert kinds == [("declared-limit", 2), ("suspicious-gain", 3), ("declared-limit", None)]
+
+
+def test_suspicious_gains_and_roofline_flags_need_a_recheck_with_more_trials_and_a_new_seed():
+    config = TriggerConfig(suspicious_gain=1.5, recheck_trials=7)
+    assert needs_recheck(1.0, 1.6, None, config) and not needs_recheck(1.0, 1.4, None, config)
+    assert needs_recheck(1.0, 1.1, {"suspicious": True}, config)
+    assert not needs_recheck(None, None, None, config) and not needs_recheck(None, 3.0, {"suspicious": False}, config)
+    base = CheckOptions(trials=3, seed=1234, scenario_set="all")
+    options = [recheck_options(base, config, random.Random(i)) for i in range(20)]
+    assert all(o.trials == 7 and o.seed != 1234 and o.scenario_set == "all" for o in options)
+    assert len({o.seed for o in options}) == 20 and base.trials == 3
+
+
+def test_policy_prefers_questions_that_paid_and_honours_the_trigger(tmp_path):
+    bank = load_bank()
+    earlier = make_run(tmp_path / "earlier", [("barrier-waits", 1.3)] * 8 + [("between-tiles", 0.8)] * 8)
+    prior = prior_from_runs([earlier])
+    assert prior == {"barrier-waits": (8, 8), "between-tiles": (8, 0)}
+    rng = random.Random(0)
+    picks = Counter(QuestionPolicy(bank, prior).choose("stagnation", rng).id for _ in range(300))
+    assert picks.most_common(1)[0][0] == "barrier-waits" and picks["between-tiles"] < 10
+    assert all("stagnation" in bank.get(q).triggers for q in picks)
+    unseeded = Counter(QuestionPolicy(bank).choose("stagnation", rng).id for _ in range(300))
+    assert len(unseeded) == len(bank.for_trigger("stagnation"))  # no prior: every allowed question gets tried
+    with Store(earlier, readonly=True) as live:  # the live run's outcomes count like a prior
+        live_picks = Counter(QuestionPolicy(bank).choose("stagnation", rng, live).id for _ in range(300))
+    assert live_picks.most_common(1)[0][0] == "barrier-waits"
+
+
+def test_bank_stats_over_runs(tmp_path):
+    first = make_run(tmp_path / "a", [("barrier-waits", 1.2), ("barrier-waits", None), ("between-tiles", 0.9)])
+    second = make_run(tmp_path / "b", [("barrier-waits", 1.5)], seed_fitness=1.0)
+    frame = question_stats([first, second]).set_index("question_id")
+    assert frame.loc["barrier-waits", ["asked", "correct", "better"]].tolist() == [3, 2, 2]
+    assert frame.loc["barrier-waits", "mean_gain"] == pytest.approx((0.2 + 0.5) / 2)
+    assert frame.loc["between-tiles", ["asked", "correct", "better"]].tolist() == [1, 1, 0]
+    assert frame.loc["between-tiles", "mean_gain"] == pytest.approx(-0.1)
+    result = CliRunner().invoke(main, ["bank", "stats", str(first), str(second)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if "barrier-waits" in line)
+    assert [cell.strip() for cell in line.split("│")[2:6]] == ["3", "2", "2", "+35.0%"]
+
+
+def test_bank_review_accepts_into_a_user_bank_only_when_asked(tmp_path):
+    run = make_run(tmp_path / "run", [])
+    text = "Does every warp read the same K row from shared memory at the same time?"
+    with Store(run) as store:
+        store.add_proposed_question("same-k-row-0a1b", text, ["stagnation"], ["memory"], 7)
+        store.add_proposed_question("make-it-faster-ffff", "Make it faster?", ["default"], [], 8)
+    runner, bank_dir = CliRunner(), tmp_path / "mybank"
+    shown = runner.invoke(main, ["bank", "review", str(run)], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and "same-k-row-0a1b" in shown.output and "proposed" in shown.output
+    assert not bank_dir.exists()
+    refused = runner.invoke(main, ["bank", "review", str(run), "--accept", "make-it-faster-ffff", "--bank", str(bank_dir)])
+    assert refused.exit_code == 2 and "is a command" in refused.output
+    accepted = runner.invoke(main, ["bank", "review", str(run), "--accept", "same-k-row-0a1b",
+                                    "--reject", "make-it-faster-ffff", "--bank", str(bank_dir)], env={"COLUMNS": "250"})
+    assert accepted.exit_code == 0, accepted.output
+    assert load_bank([bank_dir], builtin=False).get("same-k-row-0a1b").text == text
+    with Store(run, readonly=True) as store:
+        assert {q["id"]: q["status"] for q in store.proposed_questions()} == {
+            "same-k-row-0a1b": "accepted", "make-it-faster-ffff": "rejected"}
+    missing = runner.invoke(main, ["bank", "review", str(run), "--reject", "nope"])
+    assert missing.exit_code == 2 and "no proposed question 'nope'" in missing.output
