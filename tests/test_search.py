@@ -1,0 +1,173 @@
+"""The search on the CPU task, on a local Ray instance: the default run, bad candidates, duplicate
+skipping and resume after `kill -9` of the driver. Budgets are tiny so the file runs in about a minute."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import yaml
+from click.testing import CliRunner
+
+from evokernel.cli import main
+from evokernel.config import load_config, parse_config
+from evokernel.harness import get_task
+from evokernel.mutations import Proposal
+from evokernel.mutations.knobs import KnobMutation
+from evokernel.search import UNPRODUCTIVE_LIMIT, Search, failure_kind
+from evokernel.store import Store
+
+ORIGINAL = get_task("attention-fwd-cpu").original.read_text()
+ENTRY = "int evk_attention_fwd(const evk_attention_params* p) {\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def make_config(tmp_path: Path, **settings) -> Path:
+    data = {"task": "attention-fwd-cpu", "scenarios": "quick", "trials": 1, "population_size": 4,
+            "resources": {"max_parallel": 1, "evaluation_timeout_s": 30}, "random_seed": 7, **settings}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def finished_rows(run_dir: Path) -> list:
+    with Store(run_dir, readonly=True) as store:
+        return [row for row in store.individuals() if row.status in ("correct", "rejected")]
+
+
+def test_default_run_ends_with_a_best_kernel_at_least_as_fast_as_the_seed(tmp_path):
+    result = CliRunner().invoke(main, ["run", "--budget", "5", "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    assert "no LLM model is configured" in result.output
+    for command in ("evokernel lineage", "--best", "evokernel show", "evokernel report"):
+        assert command in result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    with Store(run_dir, readonly=True) as store:
+        rows = store.individuals()
+        seed = next(row for row in rows if row.operator == "seed")
+        best = store.best(1)[0]
+        meta = store.meta()
+    assert len(rows) == 5 and all(row.status == "correct" for row in rows)
+    assert best.fitness >= seed.fitness
+    assert f"individual {best.id}" in result.output
+    assert meta["status"] == "finished" and meta["config"]["task"] == "attention-fwd-cpu"
+    assert {"python", "evokernel", "ray", "deap"} <= set(meta["versions"])
+    assert meta["random_seed"] == 0 and len(meta["logbook"]) == 5
+    assert load_config(run_dir / "config.yaml").budget.evaluations == 5
+    assert all(set(row.knobs) == {"BLOCK_Q", "BLOCK_K", "KEY_OUTER", "THREADS"} for row in rows)
+    assert all(row.parent_ids for row in rows if row.operator != "seed")
+
+
+def test_crashing_and_hanging_candidates_are_recorded_and_the_run_goes_on(tmp_path):
+    crash = tmp_path / "crash.c"
+    crash.write_text(ORIGINAL.replace(ENTRY, ENTRY + "  *(volatile int*)0 = 1;\n"))
+    hang = tmp_path / "hang.c"
+    hang.write_text(ORIGINAL.replace(ENTRY, ENTRY + "  volatile int spin = 1;\n  while (spin) {}\n"))
+    original = tmp_path / "original.c"
+    original.write_text(ORIGINAL)
+    path = make_config(tmp_path, seeds=[str(crash), str(hang), str(original)], budget={"evaluations": 5},
+                       resources={"max_parallel": 1, "evaluation_timeout_s": 4})
+    result = Search(load_config(path), tmp_path / "run").run()
+    assert result.status == "finished" and result.stats.evaluations == 5
+    rows = {row.id: row for row in finished_rows(tmp_path / "run")}
+    assert rows[1].status == "rejected" and "crashed (SIGSEGV)" in rows[1].failure
+    assert rows[2].status == "rejected" and "timed out after 4 s" in rows[2].failure
+    assert rows[2].eval_seconds < 30
+    assert [rows[i].status for i in (3, 4, 5)] == ["correct"] * 3  # the search went on from the good seed
+    assert result.stats.failures == {"crashed (SIGSEGV)": 1, "timed out": 1}
+    assert result.best.id in (3, 4, 5)
+
+
+class Echo:
+    """An operator whose child is its parent with a new comment: a duplicate after normalisation."""
+
+    name, arity, uses_llm = "echo", 1, False
+
+    def __call__(self, parents, context):
+        return Proposal(source=f"// rewritten {context.rng.random()}\n" + parents[0].source, operator=self.name,
+                        parent_ids=[parents[0].id])
+
+
+def test_duplicates_are_skipped_without_spending_the_budget(tmp_path):
+    config = load_config(make_config(tmp_path, budget={"evaluations": 4}))
+    result = Search(config, tmp_path / "mixed", operator_set={"echo": (Echo(), 3.0),
+                                                              "knob-mutation": (KnobMutation(), 1.0)}).run()
+    rows = finished_rows(tmp_path / "mixed")
+    assert len(rows) == 4 and result.stats.evaluations == 4
+    assert len({row.normalized_hash for row in rows}) == 4  # nothing evaluated twice
+    assert result.stats.duplicates > 0 and not any(row.operator == "echo" for row in rows)
+    with Store(tmp_path / "mixed", readonly=True) as store:
+        assert store.meta()["counters"]["duplicates"] == result.stats.duplicates
+
+    only_echo = Search(config, tmp_path / "echo", operator_set={"echo": (Echo(), 1.0)}).run()
+    assert only_echo.stats.evaluations == 1  # the seed; then every proposal was a duplicate
+    assert only_echo.stats.duplicates == UNPRODUCTIVE_LIMIT
+    assert "no new kernels" in only_echo.reason
+
+
+def test_failure_kinds_drop_details():
+    assert failure_kind("crashed (SIGSEGV) during verify d32-b1-h2-s48") == "crashed (SIGSEGV)"
+    assert failure_kind("timed out after 4 s (killed)") == "timed out"
+    assert failure_kind("d16-b1-h4kv2-q33k57-causal-scale0.5: max error 3.1 > tolerance") == "max error"
+    assert failure_kind("candidate does not compile: x.c:3: error") == "candidate does not compile"
+
+
+def test_resume_after_kill_9_loses_and_repeats_no_evaluation(tmp_path):
+    budget = 10
+    path = make_config(tmp_path, budget={"evaluations": budget})
+    runs = tmp_path / "runs"
+    driver = subprocess.Popen([sys.executable, "-m", "evokernel.cli", "run", str(path), "--runs-dir", str(runs)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            dirs = list(runs.glob("*/lineage.db")) if runs.exists() else []
+            if dirs and len(finished_rows(dirs[0].parent)) >= 3:
+                with Store(dirs[0].parent, readonly=True) as store:
+                    if store.count("running"):
+                        break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the driver did not get going")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+    finally:
+        try:  # the driver's local Ray processes, which the killed driver can no longer stop
+            os.killpg(driver.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    run_dir = dirs[0].parent
+    before = {row.id: row.finished_at for row in finished_rows(run_dir)}
+    with Store(run_dir, readonly=True) as store:
+        left = [row.id for row in store.individuals() if row.status in ("pending", "running")]
+        assert store.meta()["status"] == "running"  # killed, never closed
+    assert left and len(before) < budget
+
+    result = CliRunner().invoke(main, ["run", "--resume", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert "resuming" in result.output
+    with Store(run_dir, readonly=True) as store:
+        rows = store.individuals()
+        meta = store.meta()
+    assert len(rows) == budget and all(row.status in ("correct", "rejected") for row in rows)
+    assert sum(row.operator == "seed" for row in rows) == 1  # the seed was not added again
+    assert len({row.normalized_hash for row in rows}) == budget  # no kernel evaluated twice
+    assert [row.id for row in rows] == list(range(1, budget + 1))  # ids stay unique and dense
+    assert all(row.finished_at == before[row.id] for row in rows if row.id in before)  # nothing re-run
+    assert all(row.id in {r.id for r in rows} for row in rows if row.id in left)  # left ones finished
+    assert meta["status"] == "finished" and len(meta["sessions"]) == 2 and meta["sessions"][1]["resumed"]
