@@ -275,15 +275,18 @@ def _kernel_label(run, ind) -> str:
 @click.argument("directory", type=click.Path(path_type=Path), default=Path("runs"))
 def runs(directory: Path) -> None:
     """List the runs under DIRECTORY (default ./runs), newest first."""
+    from rich import box
+
     from evokernel.lineage import find_runs
 
     summaries = find_runs(directory)
     if not summaries:
         console.print(f"no runs under {directory}/")
         return
-    table = Table(title=f"runs under {directory}/")
-    for column in ("run", "status", "task", "evaluations", "best geomean", "cost $", "started"):
-        table.add_column(column, justify="left" if column in ("run", "status", "task") else "right")
+    table = Table(title=f"runs under {directory}/", box=box.SIMPLE_HEAD)
+    table.add_column("run", no_wrap=True)  # the id to pass to the other commands: never cut
+    for column in ("status", "task", "evaluations", "best geomean", "cost $", "started"):
+        table.add_column(column, justify="left" if column in ("status", "task") else "right")
     for s in summaries:
         best = f"{_fmt(s.best)} (#{s.best_id})" if s.best_id else "-"
         table.add_row(s.id, s.status, s.task or "-", f"{s.evaluations} ({s.correct} ok)", best,

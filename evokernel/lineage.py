@@ -84,6 +84,7 @@ class RunSummary:
     path: Path
     status: str
     task: str | None
+    stop_reason: str | None
     evaluations: int
     correct: int
     best: float | None
@@ -414,7 +415,8 @@ class Lineage:
         best = self.top(1)
         started = meta.get("started_at") or min((i.created_at for i in self.individuals.values()), default=None)
         return RunSummary(id=self.name, path=self.run_dir, status=str(meta.get("status", "unknown")),
-                          task=meta.get("task"), evaluations=len(self.evaluated()),
+                          task=meta.get("task") or (meta.get("config") or {}).get("task"),
+                          stop_reason=meta.get("stop_reason"), evaluations=len(self.evaluated()),
                           correct=sum(i.status == "correct" for i in self.individuals.values()),
                           best=best[0].fitness if best else None, best_id=best[0].id if best else None,
                           cost_usd=self.store.total_cost(), started_at=started)
@@ -453,5 +455,5 @@ def find_runs(root: Path = DEFAULT_RUNS) -> list[RunSummary]:
             with Lineage(path) as run:
                 summaries.append(run.summary())
         except (BadInput, sqlite3.DatabaseError) as exc:
-            summaries.append(RunSummary(path.name, path, f"unreadable: {exc}", None, 0, 0, None, None, 0.0, None))
+            summaries.append(RunSummary(path.name, path, f"unreadable: {exc}", None, None, 0, 0, None, None, 0.0, None))
     return summaries

@@ -189,7 +189,7 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     best = f"{_num(summary.best)} (#{summary.best_id})" if summary.best_id else "-"
     facts = [f"status: {summary.status}", f"task: {summary.task or '-'}", f"started: {started}",
              f"evaluations: {summary.evaluations} ({summary.correct} correct)", f"best geomean: {best}",
-             f"LLM cost: ${summary.cost_usd:.4f}"]
+             f"LLM cost: ${summary.cost_usd:.4f}"] + ([f"stopped: {summary.stop_reason}"] if summary.stop_reason else [])
     order = [t.id for t in top] + sorted(graph_ids - {t.id for t in top})
     ranks = {t.id: n for n, t in enumerate(top, start=1)}
     kernels = "\n".join(kernel_html(run, run.individuals[i], ranks.get(i)) for i in order)

@@ -53,9 +53,12 @@
       el("text", { x: L, y: H / 2 }, svg, rows.length ? "no correct kernel yet" : "no evaluation finished yet");
       return;
     }
-    const lo = Math.min(1, ...fits) * 0.95, hi = Math.max(...fits) * 1.05, n = rows.length;
+    // The axis spans the best line; much slower kernels sit on the floor (hollow) so they cannot
+    // flatten the gains that matter.
+    const bests = rows.map((r) => r.best).filter((v) => v !== null);
+    const lo = Math.min(1, ...bests) * 0.9, hi = Math.max(1, ...fits) * 1.05, n = rows.length;
     const x = (e) => L + (n === 1 ? 0.5 : (e - 1) / (n - 1)) * (W - L - R);
-    const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
+    const y = (v) => T + (1 - (Math.max(v, lo) - lo) / (hi - lo)) * (H - T - B);
     for (let i = 0; i <= 4; i++) {
       const v = lo + (i / 4) * (hi - lo);
       el("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }, svg);
@@ -79,8 +82,10 @@
     el("path", { d: path, stroke: "#1f5fbf", "stroke-width": 2, fill: "none", class: "best-line" }, svg);
     rows.forEach((r) => {
       if (r.fitness !== null) {
-        const dot = linked(el("circle", { cx: x(r.evaluation), cy: y(r.fitness), r: 4, fill: "#33405a", "fill-opacity": 0.7,
-                                          class: "eval-dot" }, svg), r.id);
+        const floor = r.fitness < lo;
+        const dot = linked(el("circle", { cx: x(r.evaluation), cy: y(r.fitness), r: 4, class: "eval-dot",
+                                          fill: floor ? "#fff" : "#33405a", stroke: "#33405a", "fill-opacity": floor ? 1 : 0.7 },
+                              svg), r.id);
         el("title", {}, dot, "evaluation " + r.evaluation + ": kernel #" + r.id + ", " + fmt(r.fitness));
       } else {
         const mark = linked(el("text", { x: x(r.evaluation), y: H - B - 3, "text-anchor": "middle", fill: "#b42318",
