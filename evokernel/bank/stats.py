@@ -12,6 +12,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
+import yaml
+
+from evokernel.errors import BadInput
 
 COLUMNS = ["question_id", "asked", "correct", "better", "mean_gain", "text"]
 
@@ -39,9 +42,28 @@ def question_stats(run_dirs: list[Path]) -> pd.DataFrame:
                     total["gain_sum"] += row.mean_gain * measured[row.question_id]
                     total["gain_n"] += measured[row.question_id]
                 total["text"] = total["text"] or row.text
-    rows = [{**t, "mean_gain": t["gain_sum"] / t["gain_n"] if t["gain_n"] else None} for t in totals.values()]
+    texts = _bank_texts(run_dirs)
+    rows = [{**t, "mean_gain": t["gain_sum"] / t["gain_n"] if t["gain_n"] else None,
+             "text": t["text"] or texts.get(t["question_id"])} for t in totals.values()]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.sort_values(["better", "asked", "question_id"], ascending=[False, False, True], ignore_index=True)
+
+
+def _bank_texts(run_dirs: list[Path]) -> dict[str, str]:
+    """Question texts from the banks the runs were configured with (user banks that still exist)."""
+    from evokernel.bank.questions import load_bank
+
+    texts: dict[str, str] = {}
+    for run_dir in run_dirs:
+        config_path = Path(run_dir) / "config.yaml"
+        config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else None
+        bank = (config or {}).get("bank") or {}
+        dirs = [Path(d) for d in bank.get("dirs", []) if Path(d).is_dir()]
+        try:
+            texts.update({q.id: q.text for q in load_bank(dirs, builtin=bank.get("builtin", True))})
+        except BadInput:  # a bank changed since the run: show the ids without text
+            continue
+    return texts
 
 
 def outcome_counts(db) -> dict[str, tuple[int, int]]:
