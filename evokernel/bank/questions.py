@@ -125,7 +125,9 @@ def load_bank(dirs: list[Path] = (), builtin: bool = True) -> Bank:
 
 def slug(text: str, words: int = 6) -> str:
     """A readable id made from the first content words of a question."""
-    tokens = [t for t in re.findall(r"[a-z0-9]+", text.lower()) if len(t) > 2][:words]
+    filler = {"the", "does", "did", "are", "is", "was", "what", "which", "how", "and", "for", "with", "this", "that",
+              "you", "your", "there", "its", "any", "each", "every"}
+    tokens = [t for t in re.findall(r"[a-z0-9]+", text.lower()) if len(t) > 2 and t not in filler][:words]
     return "-".join(tokens)[:60].strip("-") or "question"
 
 
