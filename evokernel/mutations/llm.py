@@ -37,14 +37,6 @@ class Answer:
     cached: bool
 
 
-@dataclass
-class _Cached:
-    model: str
-    response: str
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
 def _litellm():
     """litellm, imported on first use (slow to import) and kept quiet."""
     import litellm
@@ -96,20 +88,21 @@ class LLMClient:
     def _cache_path(self, key: str) -> Path:
         return self.cache_dir / f"{key}.json"
 
-    def _cached(self, key: str, occurrence: int) -> _Cached | None:
+    def _cached(self, key: str, occurrence: int) -> dict | None:
+        """The answer this prompt got the `occurrence`-th time it was asked (model, response, token counts)."""
         if self.cache_dir is None or not self._cache_path(key).exists():
             return None
         entries = json.loads(self._cache_path(key).read_text())
-        return _Cached(**entries[occurrence]) if occurrence < len(entries) else None
+        return entries[occurrence] if occurrence < len(entries) else None
 
-    def _remember(self, key: str, entry: _Cached) -> None:
+    def _remember(self, key: str, entry: dict) -> None:
         if self.cache_dir is None:
             return
         with self._lock:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             path = self._cache_path(key)
             entries = json.loads(path.read_text()) if path.exists() else []
-            entries.append(entry.__dict__)
+            entries.append(entry)
             scratch = path.with_suffix(".tmp")
             scratch.write_text(json.dumps(entries, indent=1))
             scratch.replace(path)
@@ -163,11 +156,8 @@ class LLMClient:
         meta = {"operator": operator, "question_id": question_id, "parent_ids": list(parent_ids or [])}
         cached = self._cached(key, occurrence)
         if cached is not None:
-            call_id = self._record(LLMCall(model=cached.model, prompt=prompt, response=cached.response, cached=True,
-                                           prompt_tokens=cached.prompt_tokens,
-                                           completion_tokens=cached.completion_tokens, latency_s=0.0, **meta),
-                                   store)
-            return Answer(cached.response, cached.model, call_id, True)
+            call_id = self._record(LLMCall(prompt=prompt, cached=True, latency_s=0.0, **cached, **meta), store)
+            return Answer(cached["response"], cached["model"], call_id, True)
         if self.is_exhausted(store):
             raise BudgetExhausted(f"USD budget spent (${self.spent(store):.4f} of ${self.usd_budget:.4f})")
         last_error, last_id = "no model tried", None
@@ -192,6 +182,7 @@ class LLMClient:
                     model=model.model, prompt=prompt, response=text, prompt_tokens=prompt_tokens,
                     completion_tokens=completion_tokens, latency_s=time.monotonic() - started,
                     cost_usd=self._cost(model, response, prompt_tokens, completion_tokens), **meta), store)
-                self._remember(key, _Cached(model.model, text, prompt_tokens, completion_tokens))
+                self._remember(key, {"model": model.model, "response": text, "prompt_tokens": prompt_tokens,
+                                     "completion_tokens": completion_tokens})
                 return Answer(text, model.model, call_id, False)
         raise ProposalFailed(f"LLM call failed on every model ({last_error})", last_id)
