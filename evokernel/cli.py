@@ -285,8 +285,10 @@ def runs(directory: Path) -> None:
         return
     table = Table(title=f"runs under {directory}/", box=box.SIMPLE_HEAD)
     table.add_column("run", no_wrap=True)  # the id to pass to the other commands: never cut
-    for column in ("status", "task", "evaluations", "best geomean", "cost $", "started"):
-        table.add_column(column, justify="left" if column in ("status", "task") else "right")
+    table.add_column("status", no_wrap=True)
+    table.add_column("task", overflow="fold")
+    for column in ("evaluations", "best geomean", "cost $", "started"):
+        table.add_column(column, justify="right", overflow="fold")
     for s in summaries:
         best = f"{_fmt(s.best)} (#{s.best_id})" if s.best_id else "-"
         table.add_row(s.id, s.status, s.task or "-", f"{s.evaluations} ({s.correct} ok)", best,
@@ -350,7 +352,8 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
                         f"{before} -> {after}{_gain(parent.fitness if parent else None, ind.fitness)}")
                 if parent:
                     line += (f" · wins {len(step.wins)}: {', '.join(step.wins) or '-'} · "
-                             f"losses {len(step.losses)}: {', '.join(step.losses) or '-'}")
+                             f"losses {len(step.losses)}: {', '.join(step.losses) or '-'}"
+                             + (f" · {len(step.ties)} within noise" if step.ties else ""))
                 console.print(line, soft_wrap=True)
                 if ind.status == "rejected":
                     console.print(f"         [red]{escape(ind.failure or '')}[/]", soft_wrap=True)

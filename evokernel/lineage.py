@@ -126,6 +126,11 @@ class Step:
     def losses(self) -> list[str]:
         return [d.name for d in self.deltas if d.verdict in ("loss", "broke")]
 
+    @property
+    def ties(self) -> list[str]:
+        """Scenarios whose change is within the timing noise."""
+        return [d.name for d in self.deltas if d.verdict == "tie"]
+
 
 @dataclass
 class TreeNode:

@@ -107,9 +107,12 @@ def questions_html(run: Lineage) -> str:
                   "no question was asked in this run")
 
 
-def failures_html(run: Lineage) -> str:
+FAILURE_EXAMPLES = 3  # rejected kernels per reason that get a section of their own
+
+
+def failures_html(run: Lineage, shown: set[int]) -> str:
     frame = run.failures()
-    rows = [[_e(r.reason), str(r.count), " ".join(kernel_link(i) if i in run.individuals else f"#{i}"
+    rows = [[_e(r.reason), str(r.count), " ".join(kernel_link(i) if i in shown else f"#{i}"
                                                   for i in r.ids[:12]) + (" …" if len(r.ids) > 12 else "")]
             for r in frame.itertuples()]
     return _table(["reason", "kernels", "examples"], rows, {0, 2}, "no kernel was rejected")
@@ -190,12 +193,13 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     facts = [f"status: {summary.status}", f"task: {summary.task or '-'}", f"started: {started}",
              f"evaluations: {summary.evaluations} ({summary.correct} correct)", f"best geomean: {best}",
              f"LLM cost: ${summary.cost_usd:.4f}"] + ([f"stopped: {summary.stop_reason}"] if summary.stop_reason else [])
-    order = [t.id for t in top] + sorted(graph_ids - {t.id for t in top})
+    examples = {i for ids in run.failures()["ids"] for i in ids[:FAILURE_EXAMPLES]}
+    order = [t.id for t in top] + sorted((graph_ids | examples) - {t.id for t in top})
     ranks = {t.id: n for n, t in enumerate(top, start=1)}
     kernels = "\n".join(kernel_html(run, run.individuals[i], ranks.get(i)) for i in order)
     data = json.dumps(chart_data(run, top, graph_ids)).replace("</", "<\\/")
     fills = {"title": _e(f"evokernel run {summary.id}"), "facts": "".join(f"<span>{_e(f)}</span>" for f in facts),
-             "top": str(len(top)), "questions": questions_html(run), "failures": failures_html(run),
+             "top": str(len(top)), "questions": questions_html(run), "failures": failures_html(run, set(order)),
              "cost": cost_html(run), "kernels": kernels or '<p class="note">no correct kernel yet</p>', "data": data,
              "css": (ASSETS / "report.css").read_text(), "js": (ASSETS / "report.js").read_text()}
     return re.sub(r"\{\{(\w+)\}\}", lambda m: fills[m.group(1)], (ASSETS / "report.html").read_text())

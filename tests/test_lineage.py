@@ -211,7 +211,7 @@ def test_lineage_of_the_best_prints_one_line_per_step(runs_dir):
     steps = [line for line in lines if line.startswith("  #")]
     assert [line.split()[0] for line in steps] == ["#1", "#2", "#3", "#6"]
     assert "q-layer" in steps[2] and QUESTION_TEXT in steps[2] and "openai/test-model" in steps[2]
-    assert "1.196 -> 1.598 (+33.6%)" in steps[2]
+    assert "1.196 -> 1.598 (+33.6%)" in steps[2] and "1 within noise" in steps[2]
     assert f"wins 2: {SCENARIOS[0]}, {SCENARIOS[1]}" in steps[1] and f"losses 1: {SCENARIOS[2]}" in steps[1]
     assert "(+ #2)" in steps[3]
     assert cli("lineage", "demo", "--best").output == result.output

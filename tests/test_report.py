@@ -59,11 +59,14 @@ def test_page_holds_tables_and_a_section_per_kernel(demo):
         page = render_report(run)
     for section in ("progress-chart", "lineage-graph", "heatmap-chart", "questions", "failures", "cost", "kernels"):
         assert f'id="{section}"' in page
-    assert all(f'id="k-{i}"' in page for i in (1, 2, 3, 4, 5, 6)) and 'id="k-7"' not in page
+    # the lineage of the top kernels, plus the rejected #7 as an example of its failure; not the pending #8
+    assert all(f'id="k-{i}"' in page for i in (1, 2, 3, 4, 5, 6, 7)) and 'id="k-8"' not in page
     questions = page[page.index('id="questions"'):page.index('id="failures"')]
     assert "q-layer" in questions and QUESTION_TEXT in questions and "+23.2%" in questions
     failures = page[page.index('id="failures"'):page.index('id="cost"')]
-    assert "candidate does not compile" in failures and 'href="#k-4"' in failures
+    assert "candidate does not compile" in failures and 'href="#k-4"' in failures and 'href="#k-7"' in failures
+    kernel7 = page[page.index('id="k-7"'):page.index("</details>\n", page.index('id="k-7"'))]
+    assert "expected &#x27;;&#x27;" in kernel7 and "no scenario results" in kernel7
     assert "$0.0145" in page[page.index('id="cost"'):]
     kernel3 = page[page.index('id="k-3"'):page.index("</details>\n", page.index('id="k-3"'))]
     assert '<span class="add">+    int block = 64;</span>' in kernel3
