@@ -473,10 +473,13 @@ def export(run: str, fmt: str, output: Path) -> None:
     with _open_run(run) as lin:
         tables = {"individuals": lin.individuals_table(), "scenario_results": lin.scenarios_table(),
                   "llm_calls": lin.llm_calls_table()}
-        output.mkdir(parents=True, exist_ok=True)
         for name, frame in tables.items():
             path = output / f"{name}.{fmt}"
-            frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path, index=False)
+            try:
+                output.mkdir(parents=True, exist_ok=True)
+                frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path, index=False)
+            except OSError as exc:
+                raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
             console.print(f"{path}: {len(frame)} rows")
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from evokernel.errors import BadInput
 from evokernel.lineage import Lineage, compare_scenarios
 from evokernel.store import Individual
 
@@ -206,6 +207,10 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
 
 
 def write_report(run: Lineage, path: Path, top_k: int = 10) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(run, top_k))
+    page = render_report(run, top_k)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page)
+    except OSError as exc:
+        raise BadInput(f"cannot write the report to {path}: {exc.strerror or exc}") from None
     return path

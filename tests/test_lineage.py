@@ -302,3 +302,5 @@ def test_export_refuses_a_file_as_output(runs_dir, tmp_path):
     result = cli("export", "demo", "-o", str(tmp_path / "file.csv"))
     assert result.exit_code == 2 and "not a directory" in result.output
     assert cli("export", "demo", "--format", "xlsx", "-o", str(tmp_path / "x")).exit_code == 2
+    result = cli("export", "demo", "-o", str(tmp_path / "file.csv" / "sub"))
+    assert result.exit_code == 2 and result.output.startswith("error: cannot write ")

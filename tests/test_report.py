@@ -105,3 +105,6 @@ def test_report_command(demo, tmp_path):
     assert [r["id"] for r in report_data(out.read_text())["heatmap"]["rows"]] == [6, 3]
     result = CliRunner().invoke(main, ["report", str(tmp_path / "nowhere"), "-o", str(out)])
     assert result.exit_code == 2 and result.output.startswith("error: no run ")
+    (tmp_path / "a-file").write_text("")
+    result = CliRunner().invoke(main, ["report", str(demo), "-o", str(tmp_path / "a-file" / "report.html")])
+    assert result.exit_code == 2 and result.output.startswith("error: cannot write the report to ")
