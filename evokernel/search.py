@@ -228,7 +228,7 @@ class Search:
         if not self.ops:
             raise BadInput("field 'operators': no usable operator has a positive weight")
         self.stats.llm = any(op.uses_llm for op in self.ops.values())
-        if self.stats.llm:
+        if self.stats.llm and self.config.llm.models:
             try:
                 from evokernel.mutations.questions import build_services
             except ImportError:

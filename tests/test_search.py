@@ -171,3 +171,31 @@ def test_resume_after_kill_9_loses_and_repeats_no_evaluation(tmp_path):
     assert all(row.finished_at == before[row.id] for row in rows if row.id in before)  # nothing re-run
     assert all(row.id in {r.id for r in rows} for row in rows if row.id in left)  # left ones finished
     assert meta["status"] == "finished" and len(meta["sessions"]) == 2 and meta["sessions"][1]["resumed"]
+
+
+def test_a_dead_evaluation_worker_costs_one_evaluation(tmp_path):
+    from evokernel.harness import CheckOptions
+    from evokernel.harness.remote import EvaluationPool
+
+    pool = EvaluationPool(get_task("attention-fwd-cpu"), CheckOptions(scenario_set="grid", rounds=30), 1, 1, 0)
+    try:
+        def finish() -> list:
+            finished = []
+            while not finished:
+                finished = pool.wait(30)
+            return finished
+
+        pool.submit(1, ORIGINAL, "warm-up", CheckOptions(time_kernels=False))
+        assert finish()[0].report["correct"]
+        pool.submit(2, ORIGINAL, "long")
+        time.sleep(1.0)  # the actor is inside the check (its sandboxed child finishes on its own)
+        ray.kill(pool.actors[0], no_restart=False)
+        (dead,) = finish()
+        assert dead.key == 2 and not dead.report["correct"]
+        assert "evaluation worker died" in dead.report["failure"]
+        pool.submit(3, ORIGINAL, "after", CheckOptions(time_kernels=False))  # the actor was restarted
+        (after,) = finish()
+        assert after.key == 3 and after.report["correct"]
+        assert 0 < pool.busy_fraction() <= 1
+    finally:
+        pool.shutdown()

@@ -2,9 +2,7 @@
 
 A knob is a line `#define NAME VALUE  // @knob v1,v2,v3`: VALUE must be one of the listed values.
 Knob mutation changes one knob to another allowed value; knob crossover takes each knob's value
-from either parent (uniform crossover) and applies the result to the first parent's source.
-Like every operator factory, the knob operators are built with the run's config (unused here).
-"""
+from either parent (uniform crossover) and applies the result to the first parent's source."""
 
 from __future__ import annotations
 
@@ -91,16 +89,21 @@ def _parent_knobs(parent: Parent) -> dict[str, Knob]:
     return knobs
 
 
-@register("knob-mutation")
-class KnobMutation:
-    """Change one knob of the parent to another allowed value."""
+class _KnobOperator:
+    """Built like every operator, from the run's config (the knob operators need nothing from it)."""
 
-    name = "knob-mutation"
-    arity = 1
     uses_llm = False
 
     def __init__(self, config: object = None) -> None:
         self.config = config
+
+
+@register("knob-mutation")
+class KnobMutation(_KnobOperator):
+    """Change one knob of the parent to another allowed value."""
+
+    name = "knob-mutation"
+    arity = 1
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         parent = parents[0]
@@ -113,15 +116,11 @@ class KnobMutation:
 
 
 @register("knob-crossover")
-class KnobCrossover:
+class KnobCrossover(_KnobOperator):
     """Uniform crossover of the knob values of two parents with the same knobs."""
 
     name = "knob-crossover"
     arity = 2
-    uses_llm = False
-
-    def __init__(self, config: object = None) -> None:
-        self.config = config
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         first, second = parents[0], parents[1]

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Search throughput: how much the driver costs per evaluation, and whether the evaluation workers
+stay busy when proposals come from a slow source (an LLM takes 10-30 s per answer).
+
+Two runs of `evokernel.search.Search` on a real task (attention-fwd on a GPU machine, else
+attention-fwd-cpu), each from the task's original kernel (or --seed):
+1. fast source: children are made instantly (a new variant of the parent per proposal). Reports
+   evaluations per minute and the driver's time outside waiting, per evaluation.
+2. slow source: every proposal sleeps a uniform random latency in --latency (seconds, times
+   --latency-scale) in the proposal thread pool, like an LLM call. Reports the fraction of time
+   the evaluation workers were busy, overall and in steady state (after the first proposal arrived).
+
+Each child is unique code (a distinct constant), so every evaluation builds and checks a new kernel.
+
+    python benchmarks/search_throughput.py --results experiments/attention_hopper/RESULTS.md
+    python benchmarks/search_throughput.py --latency-scale 0.1 --results experiments/attention_cpu/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from evokernel.config import parse_config
+from evokernel.harness.remote import connect, detect_gpus
+from evokernel.mutations import Proposal
+from evokernel.search import Search
+from evokernel.store import Store
+
+console = Console()
+_variants = itertools.count(1)
+
+
+class Variant:
+    """A child that differs from its parent by one unused constant: a new kernel, made instantly."""
+
+    name, arity, uses_llm = "variant", 1, False
+
+    def __call__(self, parents, context) -> Proposal:
+        n = next(_variants)
+        source = parents[0].source + f"\nstatic const int evk_benchmark_variant_{n} = {n};\n"
+        return Proposal(source=source, operator=self.name, parent_ids=[parents[0].id])
+
+
+class SlowVariant(Variant):
+    """The same child after an LLM-like latency (runs in the search's proposal threads)."""
+
+    name, uses_llm = "slow-variant", True
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def __call__(self, parents, context) -> Proposal:
+        time.sleep(context.rng.uniform(self.low, self.high))
+        return super().__call__(parents, context)
+
+
+def steady_busy_fraction(run_dir: Path, slots: int) -> float | None:
+    """Busy share of the slots from the first child's start to the last finish (the seed excluded)."""
+    with Store(run_dir, readonly=True) as store:
+        rows = [r for r in store.individuals() if r.operator != "seed" and r.finished_at and r.started_at]
+    if not rows:
+        return None
+    span = max(r.finished_at for r in rows) - min(r.started_at for r in rows)
+    return sum(r.finished_at - r.started_at for r in rows) / (span * slots) if span > 0 else None
+
+
+def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path, label: str) -> dict:
+    data = {"task": args.task, "scenarios": args.scenarios, "trials": args.trials,
+            "population_size": 8, "budget": {"evaluations": evaluations},
+            "llm": {"max_concurrent": concurrency}, "random_seed": args.random_seed,
+            "resources": {"max_parallel": args.max_parallel, "evaluation_timeout_s": 600}}
+    if args.seed:
+        data["seeds"] = [str(Path(args.seed).resolve())]
+    config = parse_config(data, "benchmark")
+    run_dir = runs_dir / label
+    started = time.time()
+    result = Search(config, run_dir, operator_set={operator.name: (operator, 1.0)}).run()
+    wall = time.time() - started
+    stats = result.stats
+    return {
+        "source": label, "evaluations": stats.evaluations, "slots": stats.slots,
+        "evals/min": 60 * stats.evaluations / wall if wall else None,
+        "driver ms/eval": 1e3 * stats.overhead_per_evaluation_s if stats.overhead_per_evaluation_s else None,
+        "busy (all)": stats.busy_fraction,
+        "busy (steady)": steady_busy_fraction(run_dir, stats.slots),
+        "rejected": sum(stats.failures.values()), "wall s": wall,
+    }
+
+
+def machine() -> str:
+    gpu = ""
+    if detect_gpus():
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, check=False).stdout.strip().splitlines()
+        gpu = f", {len(out)}x {out[0]}" if out else ""
+    return f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu})"
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)
+
+
+FORMATS = {"evals/min": ".1f", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%", "wall s": ".1f"}
+
+
+def show(frame: pd.DataFrame, title: str) -> None:
+    table = Table(title=title)
+    for column in frame.columns:
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for _, row in frame.iterrows():
+        table.add_row(*[fmt(row[c], FORMATS[c]) if c in FORMATS else str(row[c]) for c in frame.columns])
+    console.print(table)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(fmt(row[c], FORMATS[c]) if c in FORMATS else str(row[c])
+                                       for c in frame.columns) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", help="default: attention-fwd with a GPU, else attention-fwd-cpu")
+    parser.add_argument("--seed", help="seed kernel (default: the task's original)")
+    parser.add_argument("--scenarios", default="quick")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--evaluations", type=int, default=30, help="evaluations with the fast source")
+    parser.add_argument("--slow-evaluations", type=int, default=30, help="evaluations with the slow source")
+    parser.add_argument("--latency", default="10,30", help="LLM-like latency range in seconds: LOW,HIGH")
+    parser.add_argument("--latency-scale", type=float, default=1.0, help="multiply the latency (quick local runs)")
+    parser.add_argument("--concurrency", type=int, default=8, help="proposals generated at once (llm.max_concurrent)")
+    parser.add_argument("--max-parallel", type=int, help="evaluation slots (default: one per GPU, or 1 on CPU)")
+    parser.add_argument("--random-seed", type=int, default=0)
+    parser.add_argument("--runs-dir", type=Path, help="keep the benchmark runs here (default: a temp dir)")
+    parser.add_argument("--results", type=Path, help="append the figures to this RESULTS.md")
+    args = parser.parse_args()
+    args.task = args.task or ("attention-fwd" if detect_gpus() else "attention-fwd-cpu")
+    low, high = (float(x) * args.latency_scale for x in args.latency.split(","))
+    random.seed(args.random_seed)
+
+    connect(None)
+    with tempfile.TemporaryDirectory(prefix="evk-bench-") as scratch:
+        runs_dir = args.runs_dir or Path(scratch)
+        rows = [run_once(args, Variant(), args.evaluations, args.concurrency, runs_dir, "fast"),
+                run_once(args, SlowVariant(low, high), args.slow_evaluations, args.concurrency, runs_dir,
+                         f"slow {low:g}-{high:g} s x{args.concurrency}")]
+    frame = pd.DataFrame(rows)
+    title = f"search throughput · {args.task} · scenarios '{args.scenarios}'"
+    show(frame, title)
+    if args.results:
+        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        text = (f"\n## Search throughput, {stamp}\n\nMachine: {machine()}  \nTask: {args.task}, scenarios "
+                f"'{args.scenarios}', trials {args.trials}  \nCommand: `{command}`\n\n{markdown(frame)}\n")
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        with args.results.open("a") as out:
+            out.write(text)
+        console.print(f"appended to {args.results}")
+
+
+if __name__ == "__main__":
+    main()
