@@ -394,6 +394,8 @@ class Search:
         self.known.add(digest)
         self.islands[child_id] = island
         self.queue.append(_Queued(child_id, proposal.source, island))
+        if self.queue[0].id != child_id or not self.pool.free_slots():
+            self.pool.prebuild(proposal.source)  # it will wait for a slot: compile it meanwhile
         return child_id
 
     # -- evaluation -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import yaml
 from click.testing import CliRunner
 
 from evokernel.cli import main
-from evokernel.config import load_config, parse_config
+from evokernel.config import load_config
 from evokernel.harness import get_task
 from evokernel.mutations import Proposal
 from evokernel.mutations.knobs import KnobMutation
@@ -199,3 +199,33 @@ def test_a_dead_evaluation_worker_costs_one_evaluation(tmp_path):
         assert 0 < pool.busy_fraction() <= 1
     finally:
         pool.shutdown()
+
+
+def test_prebuild_fills_the_build_cache(tmp_path, monkeypatch):
+    from evokernel.harness.build import build
+    from evokernel.harness.remote import _prebuild
+
+    monkeypatch.setenv("EVOKERNEL_CACHE", str(tmp_path / "cache"))
+    task = get_task("attention-fwd-cpu")
+    source = ORIGINAL.replace("#define BLOCK_K 8 ", "#define BLOCK_K 16 ")
+    _prebuild(source, task.name)
+    assert build(source, task.language, task.header).cached
+
+
+def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
+    import dataclasses
+
+    from evokernel.harness import CheckOptions
+    from evokernel.harness.build import build
+    from evokernel.harness.remote import EvaluationPool
+
+    task = get_task("attention-fwd-cpu")
+    as_gpu_task = dataclasses.replace(task, language="cuda")  # prebuilds only for GPU tasks; compiles as C here
+    pool = EvaluationPool(as_gpu_task, CheckOptions(), 1, 1, 0)
+    source = ORIGINAL + f"\nstatic const int evk_test_variant = {time.time_ns() % 1_000_000_007};\n"
+    try:
+        pool.prebuild(source)
+        ray.get(pool.builds)
+    finally:
+        pool.shutdown()
+    assert build(source, task.language, task.header).cached

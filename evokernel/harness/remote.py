@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from evokernel.errors import BadInput
-from evokernel.harness.check import CheckOptions, check_source
+from evokernel.harness.check import CheckOptions, build_checked, check_source
 from evokernel.harness.report import CheckReport
-from evokernel.harness.tasks import Task
+from evokernel.harness.tasks import Task, get_task
 
 DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
 
@@ -68,6 +68,11 @@ class _Evaluator:
         return check_source(source, self.task_name, chosen, kernel_name=label).to_dict(), self.name
 
 
+def _prebuild(source: str, task_name: str) -> None:
+    """Ray task body: compile a candidate into the build cache (a GPU worker then finds it there)."""
+    build_checked(source, get_task(task_name), "candidate")
+
+
 @dataclass
 class Finished:
     key: Any  # what the caller submitted it under
@@ -97,6 +102,7 @@ class EvaluationPool:
     num_gpus: float
     actors: list = field(default_factory=list)
     calls: dict = field(default_factory=dict)  # ObjectRef -> _Call
+    builds: list = field(default_factory=list)  # prebuilds in progress
     busy_seconds: float = 0.0
     first_submit: float | None = None
 
@@ -106,7 +112,20 @@ class EvaluationPool:
         remote = ray.remote(max_restarts=-1, max_task_retries=0)(_Evaluator)
         self.actors = [remote.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus)
                        .remote(self.task.name, asdict(self.options)) for _ in range(self.slots)]
+        self._prebuild = ray.remote(num_cpus=1, max_retries=0)(_prebuild)
         self.deadline_s = self.options.timeout_s + self.options.compile_timeout_s + DEADLINE_MARGIN_S
+
+    def prebuild(self, source: str) -> None:
+        """Compile a queued CUDA candidate on a CPU worker while the GPUs are busy, so that the GPU
+        worker's build is a cache hit (same node). CPU tasks are not prebuilt: compiling next to
+        a timed CPU kernel would disturb its timing."""
+        import ray
+
+        if self.task.language != "cuda":
+            return
+        if self.builds:
+            _, self.builds = ray.wait(self.builds, num_returns=len(self.builds), timeout=0)
+        self.builds.append(self._prebuild.remote(source, self.task.name))
 
     def free_slots(self) -> int:
         return self.slots - len(self.calls)
