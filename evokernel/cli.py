@@ -232,6 +232,9 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
     else:
         result = search.run()
     _print_outcome(result, run_dir)
+    if result.status == "stopped":
+        console.print(f"continue it with: evokernel run --resume {run_dir}")
+        sys.exit(130)
     if result.best is None:
         sys.exit(1)
 

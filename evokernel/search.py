@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -122,6 +123,10 @@ def _git_revision() -> str | None:
         return None
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 @dataclass
 class _Job:
     """A proposal to make: which operator, from which parents, for which island."""
@@ -155,19 +160,21 @@ class Search:
         self.task: Task = get_task(config.task)
         self.progress = progress or (lambda stats: None)
         self.notify = notify or (lambda line: None)
+        self.seeds = [] if resume else self._seed_sources()  # bad input is found before anything is written
+        self.toolbox = base.Toolbox()
+        self.ops: dict[str, Operator] = {}
+        self.weights: dict[str, float] = {}
+        self._setup_operators(operator_set)
         self.store = Store(self.run_dir, create=not resume)
-        self.stats = SearchStats(self.run_dir, budget=config.budget.evaluations)
+        self.stats = SearchStats(self.run_dir, budget=config.budget.evaluations,
+                                 llm=any(op.uses_llm for op in self.ops.values()))
         self._setup_meta()
+        self.services = self._services()
         self.rng = random.Random(f"{config.random_seed}:{self.session}")
         random.seed(f"{config.random_seed}:{self.session}:deap")  # DEAP's selection draws from `random`
         self.population = Population(
             config.population_size, config.selection.islands, config.selection.tournament_size,
             config.selection.elitism, config.selection.migration_interval, config.selection.migrants, self.rng)
-        self.toolbox = base.Toolbox()
-        self.ops: dict[str, Operator] = {}
-        self.weights: dict[str, float] = {}
-        self.services: dict[str, Any] = {}
-        self._setup_operators(operator_set)
         self.known: set[str] = set()  # normalized hashes of every kernel in the store
         self.queue: deque[_Queued] = deque()
         self.islands: dict[int, int | None] = {}
@@ -227,14 +234,16 @@ class Search:
             self.ops[name], self.weights[name] = op, weight
         if not self.ops:
             raise BadInput("field 'operators': no usable operator has a positive weight")
-        self.stats.llm = any(op.uses_llm for op in self.ops.values())
-        if self.stats.llm and self.config.llm.models:
-            try:
-                from evokernel.mutations.questions import build_services
-            except ImportError:
-                build_services = None
-            if build_services is not None:
-                self.services = build_services(self.config, self.store)
+
+    def _services(self) -> dict[str, Any]:
+        """Shared clients of the LLM operators (LLM client, bank, policy), when a model is configured."""
+        if not (self.stats.llm and self.config.llm.models):
+            return {}
+        try:
+            from evokernel.mutations.questions import build_services
+        except ImportError:
+            return {}
+        return build_services(self.config, self.store)
 
     def _seed_sources(self) -> list[tuple[str, str]]:
         paths = self.config.seeds or [self.task.original]
@@ -267,7 +276,7 @@ class Search:
             self.notify(f"resuming {self.run_dir}: {self.stats.evaluations} evaluations done, "
                         f"{len(self.queue)} re-submitted, population {len(self.population)}")
             return
-        for path, source in self._seed_sources():
+        for path, source in self.seeds:
             if normalized_hash(source) in self.known:
                 self.notify(f"seed {path} is identical to an earlier seed: skipped")
                 continue
@@ -489,6 +498,9 @@ class Search:
 
     def run(self) -> SearchResult:
         started_ray = connect(self.config.resources.address)
+        previous_handler = None
+        if threading.current_thread() is threading.main_thread():  # after Ray, which sets its own
+            previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `ray job stop`: resumable
         res = self.config.resources
         slots, cpus, gpus = evaluation_slots(self.task, res.max_parallel, res.gpus_per_evaluation,
                                              res.cpus_per_evaluation)
@@ -525,6 +537,8 @@ class Search:
             self.stop_reason = "interrupted (resume with --resume)"
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
             self._refresh()
             self.pool.shutdown()
             best = self.store.best(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -48,6 +49,14 @@ def make_config(tmp_path: Path, **settings) -> Path:
 def finished_rows(run_dir: Path) -> list:
     with Store(run_dir, readonly=True) as store:
         return [row for row in store.individuals() if row.status in ("correct", "rejected")]
+
+
+def finished_count(run_dir: Path) -> int:
+    """Finished evaluations of a live run (0 while the driver is still creating its store)."""
+    try:
+        return len(finished_rows(run_dir))
+    except sqlite3.OperationalError:
+        return 0
 
 
 def test_default_run_ends_with_a_best_kernel_at_least_as_fast_as_the_seed(tmp_path):
@@ -137,7 +146,7 @@ def test_resume_after_kill_9_loses_and_repeats_no_evaluation(tmp_path):
         deadline = time.time() + 120
         while time.time() < deadline:
             dirs = list(runs.glob("*/lineage.db")) if runs.exists() else []
-            if dirs and len(finished_rows(dirs[0].parent)) >= 3:
+            if dirs and finished_count(dirs[0].parent) >= 3:
                 with Store(dirs[0].parent, readonly=True) as store:
                     if store.count("running"):
                         break
@@ -229,3 +238,43 @@ def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
     finally:
         pool.shutdown()
     assert build(source, task.language, task.header).cached
+
+
+def test_a_seed_with_a_bad_knob_is_refused_before_anything_is_written(tmp_path):
+    seed = tmp_path / "seed.c"
+    seed.write_text(ORIGINAL.replace("#define BLOCK_K 8 ", "#define BLOCK_K 7 "))
+    result = CliRunner().invoke(main, ["run", str(make_config(tmp_path, seeds=[str(seed)])),
+                                       "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2
+    assert "seed.c: line 9: knob BLOCK_K has default 7, which is not one of its values" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sigterm_stops_the_driver_cleanly_and_the_run_resumes(tmp_path):
+    path = make_config(tmp_path, budget={"evaluations": 40})
+    runs = tmp_path / "runs"
+    driver = subprocess.Popen([sys.executable, "-m", "evokernel.cli", "run", str(path), "--runs-dir", str(runs)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (runs.exists() and any(
+                finished_count(d.parent) >= 2 for d in runs.glob("*/lineage.db"))):
+            time.sleep(0.1)
+        driver.send_signal(signal.SIGTERM)
+        output, _ = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 130, output
+    assert "continue it with: evokernel run --resume" in output
+    (run_dir,) = runs.iterdir()
+    with Store(run_dir, readonly=True) as store:
+        meta = store.meta()
+        assert meta["status"] == "stopped" and "interrupted" in meta["stop_reason"]
+        done = store.count("correct", "rejected")
+    assert done < 40
+    resumed = CliRunner().invoke(main, ["run", "--resume", str(run_dir), "--budget", str(done + 2)])
+    assert resumed.exit_code == 0, resumed.output
+    with Store(run_dir, readonly=True) as store:
+        assert store.count("correct", "rejected") == done + 2 and store.meta()["status"] == "finished"
+        assert store.count("pending", "running") == 0
