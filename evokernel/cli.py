@@ -176,7 +176,7 @@ def _print_outcome(result, run_dir: Path) -> None:
 
     stats = result.stats
     console.print(f"\nrun {result.status}: {result.reason} · {stats.evaluations} evaluations, "
-                  f"{sum(stats.failures.values())} rejected, {stats.duplicates} duplicates skipped")
+                  f"{sum(stats.failures.values())} rejected, {stats.duplicates} duplicates skipped", soft_wrap=True)
     if result.best is None:
         console.print("[bold red]no correct kernel[/]")
         return
@@ -186,11 +186,11 @@ def _print_outcome(result, run_dir: Path) -> None:
     over_seed = (f", {best.fitness / stats.seed_fitness:.3f}x the seed (individual {stats.seed_id})"
                  if stats.seed_fitness else "")
     console.print(f"[bold green]best kernel[/]: individual {best.id} ({best.operator}), geomean speedup "
-                  f"{best.fitness:.3f} over the task's original{over_seed}\n  source: {path}")
+                  f"{best.fitness:.3f} over the task's original{over_seed}\n  source: {path}", soft_wrap=True)
     if best.knobs:
         console.print("  knobs: " + ", ".join(f"{k}={v}" for k, v in best.knobs.items()))
     console.print(f"inspect it:\n  evokernel lineage {run_dir} --best\n  evokernel show {run_dir} {best.id}\n"
-                  f"  evokernel report {run_dir} -o report.html")
+                  f"  evokernel report {run_dir} -o report.html", soft_wrap=True)
 
 
 @main.command()
@@ -211,7 +211,7 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
 
     config = _run_config(config_path, resume, model, api_base, budget, address)
     run_dir = resume if resume is not None else new_run_dir(runs_dir)
-    console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'")
+    console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'", soft_wrap=True)
     if console.is_terminal:
         live = Live(console=console, refresh_per_second=4, transient=False)
 
