@@ -24,7 +24,7 @@ import torch.nn.functional as F
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INC = os.path.join(REPO, "evokernel", "harness", "tasks", "attention_fwd")
 DEFAULT_KERNELS = [
-    os.path.join(REPO, "experiments", "attention_hopper", "seed", "attention_fa2.cu"),
+    os.path.join(REPO, "evokernel", "defaults", "attention_fa2.cu"),
     os.path.join(INC, "original.cu"),
 ]
 NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-shared",

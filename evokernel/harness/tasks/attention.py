@@ -28,6 +28,9 @@ CUDA_SETS = {
         Scenario(1, 2, 2, 200, 130, 64, True),
     ),
     "fa3": _fa3_grid(),
+    # One (batch, seqlen) point of the grid for every head dim and mask: quick enough to evaluate
+    # many candidates in a search, and it exercises every head-dim specialisation of a kernel.
+    "fa3-2k": tuple(s for s in _fa3_grid() if s.seqlen_q == 2048),
     "gqa": (
         Scenario(4, 16, 4, 2048, 2048, 128, False),
         Scenario(4, 16, 2, 2048, 2048, 128, True),

@@ -14,7 +14,7 @@ if [ -z "$SKIP_PRODUCT" ]; then
   for f in $V/prod/p*.cu; do KS+=(--kernel $f); done
   python3 benchmarks/attention_baselines.py --no-time "${KS[@]}" 2>&1 | tee $OUT/product_check.log
 fi
-TK=(--kernel $S/attention_fa2.cu)
+TK=(--kernel evokernel/defaults/attention_fa2.cu)
 if [ $# -gt 0 ]; then
   python3 $S/variants.py named $V/t "$@" || exit 1
   for spec in "$@"; do TK+=(--kernel $V/t/${spec%%=*}.cu); done

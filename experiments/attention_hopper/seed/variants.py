@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_fa2.cu")
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "evokernel", "defaults", "attention_fa2.cu")
 KNOB_RE = re.compile(r"^#define (\w+) (\S+)\s+// @knob (\S+)", re.M)
 
 
