@@ -2,7 +2,8 @@
 # The recorded H200 measurements of this experiment, in phases that each fit one device call.
 # usage (repository root, on the GPU machine): bash experiments/attention_hopper/device_session.sh PHASE
 #   harness   adversarial CUDA tests, seed tests, `check --scenarios all` of the original kernel
-#   seed      `check --scenarios all --baselines` of the seed kernel; search throughput benchmark
+#   seed      `check --scenarios all --baselines` of the seed kernel
+#   throughput  the search throughput benchmark (slow proposal source)
 #   search    the recorded knob search with experiments/attention_hopper/config.yaml, its report
 # Logs and reports go to $OUT (default /tmp/evk_out).
 set -o pipefail
@@ -11,7 +12,8 @@ OUT=${OUT:-/tmp/evk_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$OUT/gpu.txt"
 step() { echo "=== $(date -u +%FT%TZ) $*"; }
-case "$1" in
+for phase in "$@"; do
+case "$phase" in
   harness)
     step pytest
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_harness_cuda.py tests/test_attention_hopper.py 2>&1 | tee "$OUT/pytest.log" | tail -8
@@ -21,17 +23,20 @@ case "$1" in
   seed)
     step seed all
     timeout 330 evokernel check evokernel/defaults/attention_fa2.cu --task attention-fwd --scenarios all \
-      --baselines --json "$OUT/seed_all.json" 2>&1 | tee "$OUT/seed_all.txt" | tail -6
+      --original cudnn --baselines --json "$OUT/seed_all.json" 2>&1 | tee "$OUT/seed_all.txt" | tail -6
+    ;;
+  throughput)
     step throughput
     timeout 250 python3 benchmarks/search_throughput.py --task attention-fwd --seed evokernel/defaults/attention_fa2.cu \
       --evaluations 8 --slow-evaluations 10 --results "$OUT/throughput.md" 2>&1 | tee "$OUT/throughput.log" | tail -12 ;;
   search)
     step search
-    timeout 330 evokernel run experiments/attention_hopper/config.yaml --runs-dir /tmp/evk_runs 2>&1 \
+    timeout 280 evokernel run experiments/attention_hopper/config.yaml --runs-dir /tmp/evk_runs 2>&1 \
       | tee "$OUT/search.log" | tail -25
     run=$(ls -d /tmp/evk_runs/*/ | tail -1)
     evokernel lineage "$run" --best 2>&1 | tee "$OUT/lineage.txt" | tail -12
     evokernel report "$run" -o "$OUT/report.html" | tail -2
     tar czf "$OUT/run.tar.gz" -C "$(dirname "$run")" "$(basename "$run")" ;;
-  *) echo "unknown phase '$1' (harness, seed, search)"; exit 2 ;;
+  *) echo "unknown phase '$phase' (harness, seed, throughput, search)"; exit 2 ;;
 esac
+done
