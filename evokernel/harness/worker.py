@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import sys
 import traceback
 from collections import deque
@@ -56,25 +57,29 @@ class Worker:
                 raise Rejected(f"returned error code {rc}")
             if not backend.unchanged(inputs, snapshot):
                 raise Rejected("modified its inputs")
-            bad = ~np.isfinite(out)
-            if bad.any():
-                raise Rejected(f"wrote NaN/Inf or left output unwritten at {int(bad.sum())} of {out.size} elements")
+            bad = backend.count_nonfinite(out)
+            if bad:
+                raise Rejected(f"wrote NaN/Inf or left output unwritten at {bad} of {math.prod(out.shape)} elements")
             ref, plain = backend.reference(inputs)
-            max_err = float(np.max(np.abs(out - ref)))
-            rel_err = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
-            bound = tol["factor"] * float(np.max(np.abs(plain - ref))) + tol["floor"]
+            max_err, rel_err, bound = self.errors(out, ref, plain)
             if max_err > bound:
                 raise Rejected(f"max error {max_err:.3g} against the reference exceeds {bound:.3g} "
                                f"(seed {seed}, {distribution} inputs, scale {inputs.scale:g})")
             if compare_original:  # once per scenario: the reference already bounds every trial
                 rc_orig, out_orig = backend.run(self.original, inputs)
-                if rc_orig == 0 and np.isfinite(out_orig).all():
-                    orig_err = float(np.max(np.abs(out_orig - ref)))
-                    if float(np.max(np.abs(out - out_orig))) > bound + orig_err:
+                if rc_orig == 0 and not backend.count_nonfinite(out_orig):
+                    orig_err = backend.max_abs_diff(out_orig, ref)
+                    if backend.max_abs_diff(out, out_orig) > bound + orig_err:
                         raise Rejected("disagrees with the original kernel beyond both kernels' errors")
             return {"max_err": max_err, "rel_err": rel_err, "tolerance": bound}
         finally:
             backend.release(inputs)
+
+    def errors(self, out, ref, plain) -> tuple[float, float, float]:
+        """Max and relative error against the reference, and the bound the max error must meet."""
+        tol = self.request["tolerance"]
+        bound = tol["factor"] * self.backend.max_abs_diff(plain, ref) + tol["floor"]
+        return self.backend.max_abs_diff(out, ref), self.backend.relative_error(out, ref), bound
 
     def fresh_inputs(self, scenario: Scenario, seed: int, distribution: str, scale: float):
         """New buffers at new addresses: the last run's (poisoned) buffers stay allocated until these exist,
@@ -120,8 +125,8 @@ class Worker:
         backend.refill(inputs, self.seed + 31 * index + 2)
         rc, out = backend.run(self.candidate, inputs)
         ref, plain = backend.reference(inputs)
-        bound = req["tolerance"]["factor"] * float(np.max(np.abs(plain - ref))) + req["tolerance"]["floor"]
-        if rc != 0 or not np.isfinite(out).all() or float(np.max(np.abs(out - ref))) > bound:
+        max_err, _, bound = self.errors(out, ref, plain)
+        if rc != 0 or backend.count_nonfinite(out) or max_err > bound:
             raise Rejected("wrong after repeated calls on the same buffers (returns a cached answer?)")
         audit = backend.audit(self.candidate, inputs)
         if audit:

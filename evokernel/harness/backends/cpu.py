@@ -96,6 +96,15 @@ class Backend:
         args = (inputs.q, inputs.k, inputs.v, inputs.scenario, inputs.scale)
         return attention_reference(*args, np.float64), attention_reference(*args, np.float32).astype(np.float64)
 
+    def count_nonfinite(self, x: np.ndarray) -> int:
+        return int(x.size - np.count_nonzero(np.isfinite(x)))
+
+    def max_abs_diff(self, a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.max(np.abs(a - b)))
+
+    def relative_error(self, out: np.ndarray, ref: np.ndarray) -> float:
+        return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
     def audit(self, fn, inputs: Inputs) -> str | None:
         return None  # the static guard refuses threads that outlive the call
 

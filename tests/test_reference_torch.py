@@ -1,0 +1,53 @@
+"""The torch reference the CUDA backend uses, checked against the CPU backend's float64 numpy reference
+on the same values (runs on the CPU wherever torch is installed; the GPU uses the same code)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from evokernel.harness.backends import Inputs  # noqa: E402
+from evokernel.harness.backends.cpu import attention_reference as numpy_reference  # noqa: E402
+from evokernel.harness.tasks import Scenario  # noqa: E402
+
+SCENARIOS = [
+    Scenario(2, 4, 2, 33, 57, 32, True, 0.5),  # GQA, causal with seqlen_q < seqlen_k
+    Scenario(1, 2, 1, 40, 19, 16, True),  # rows with no visible key write zeros
+    Scenario(1, 3, 3, 17, 17, 24, False, 1.7),
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_torch_reference_matches_float64(scenario):
+    from evokernel.harness.backends.cuda import attention_reference
+
+    generator = torch.Generator().manual_seed(0)
+    s = scenario
+
+    def draw(heads, seqlen):
+        return torch.randn((s.batch, seqlen, heads, s.head_dim), generator=generator).to(torch.bfloat16)
+
+    q, k, v = draw(s.heads_q, s.seqlen_q), draw(s.heads_kv, s.seqlen_k), draw(s.heads_kv, s.seqlen_k)
+    o = torch.full_like(q, float("nan"))
+    ref, plain = attention_reference(Inputs(s, s.scale, q, k, v, o))
+    exact = numpy_reference(*(t.float().numpy() for t in (q, k, v)), s, s.scale, np.float64)
+    assert np.max(np.abs(ref.numpy() - exact)) < 1e-5
+    plain_err = np.max(np.abs(plain.numpy() - exact))
+    assert 1e-4 < plain_err < 0.2  # bf16 rounding (larger for peaky softmaxes): the tolerance scales from it
+    if s.causal and s.seqlen_q > s.seqlen_k:
+        assert np.all(ref.numpy()[:, : s.seqlen_q - s.seqlen_k] == 0)
+
+
+def test_device_comparisons_agree_with_numpy():
+    from evokernel.harness.backends import cpu, cuda
+
+    a = torch.randn(1000, generator=torch.Generator().manual_seed(1))
+    b = a + 0.01 * torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    a[3] = float("nan")
+    gpu_side, host_side = cuda.Backend.__new__(cuda.Backend), cpu.Backend.__new__(cpu.Backend)
+    assert gpu_side.count_nonfinite(a) == host_side.count_nonfinite(a.numpy()) == 1
+    a[3] = 0.0
+    assert gpu_side.max_abs_diff(a, b) == pytest.approx(host_side.max_abs_diff(a.numpy(), b.numpy()))
+    assert gpu_side.relative_error(a, b) == pytest.approx(host_side.relative_error(a.numpy(), b.numpy()))
