@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evokernel.errors import BadInput
+from evokernel.errors import BadInput, read_yaml
 
 
 class Strict(BaseModel):
@@ -146,10 +145,5 @@ def load_config(path: Path) -> RunConfig:
     """Read and validate a YAML config file."""
     if not path.is_file():
         raise BadInput(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise BadInput(f"{path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_yaml(path)
     return parse_config(data, str(path), path.parent)

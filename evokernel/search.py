@@ -239,10 +239,8 @@ class Search:
         """Shared clients of the LLM operators (LLM client, bank, policy), when a model is configured."""
         if not (self.stats.llm and self.config.llm.models):
             return {}
-        try:
-            from evokernel.mutations.questions import build_services
-        except ImportError:
-            return {}
+        from evokernel.mutations.questions import build_services
+
         return build_services(self.config, self.store)
 
     def _seed_sources(self) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evokernel.errors import BadInput
+from evokernel.errors import BadInput, read_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 TRIGGERS = ("default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover")
@@ -83,12 +83,7 @@ def _field(location: tuple) -> str:
 
 def load_file(path: Path) -> list[Question]:
     """Questions of one YAML file; BadInput names the file, the question and the field."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark else ""
-        raise BadInput(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_yaml(path)
     if data is None:
         return []
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list) or set(data) - {"questions"}:

@@ -83,10 +83,6 @@ def register(name: str) -> Callable:
 
 def operators() -> dict[str, Callable[..., Operator]]:
     """All registered operator factories (importing the modules that define them)."""
-    from evokernel.mutations import knobs  # noqa: F401  (registers knob operators)
+    from evokernel.mutations import knobs, questions  # noqa: F401  (their operators register themselves)
 
-    try:
-        from evokernel.mutations import questions  # noqa: F401  (registers question operators)
-    except ImportError:
-        pass
     return dict(_REGISTRY)
