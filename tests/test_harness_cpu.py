@@ -113,6 +113,7 @@ def test_cli_check_table_json_and_exit_codes(tmp_path):
     (["check", "{original}", "--task", "attention-fwd-cpu", "--scenarios", "huge"], "no scenario set 'huge'"),
     (["check", "{original}", "--task", "attention-fwd-cpu", "--original", "cudnn"], "neither a file nor a baseline"),
     (["check", "{original}", "--task", "attention-fwd-cpu", "--trials", "0"], "--trials"),
+    (["check", "{original}", "--task", "attention-fwd-cpu", "--baselines"], "no library baselines"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args, message):
     proc = run_cli(*[a.format(original=TASK.original) for a in args])
