@@ -360,7 +360,8 @@ class Lineage:
         return ind.fitness / max(fits) if fits and ind.fitness and ind.status == "correct" else None
 
     def question_stats(self) -> pd.DataFrame:
-        """Per question id: asked (children plus LLM calls that gave none), correct, improved, mean gain."""
+        """Per question id: asked (children plus answered LLM calls that gave none; attempts that got no
+        answer, such as rate-limited retries, are not counted), correct, improved, mean gain."""
         stats: dict[str, dict] = {}
 
         def entry(qid: str) -> dict:
@@ -379,7 +380,7 @@ class Lineage:
                 row["gains"].append(gain)
                 row["improved"] += gain > 1
         for call in self.store.llm_calls():
-            if call["question_id"] and call["id"] not in used_calls:
+            if call["question_id"] and call["id"] not in used_calls and call["response"] is not None:
                 entry(call["question_id"])["asked"] += 1
         rows = []
         for row in stats.values():

@@ -91,7 +91,7 @@ def test_failures_best_over_evaluations_and_cost(runs_dir):
         assert progress.best.is_monotonic_increasing and progress.best_id.iloc[-1] == 6
         assert pd.isna(progress.fitness.iloc[3])
         cost = run.llm_cost()
-        assert cost.calls.sum() == 2 and cost.errors.sum() == 1
+        assert cost.calls.sum() == 3 and cost.errors.sum() == 2
         assert math.isclose(cost.cost_usd.sum(), 0.0145)
         summary = run.summary()
         assert (summary.status, summary.evaluations, summary.correct, summary.best_id) == ("done", 7, 5, 6)
@@ -294,7 +294,7 @@ def test_export_writes_three_tables(runs_dir, tmp_path, fmt):
     with Store(runs_dir / "demo", readonly=True) as store:
         expected = sum(len(store.scenario_results(i)) for i in range(1, 9))
     assert len(scenarios) == expected and set(scenarios.individual_id) == {1, 2, 3, 4, 5, 6}
-    assert len(calls) == 2 and calls.question_id.tolist() == ["q-layer", "q-verify"]
+    assert len(calls) == 3 and calls.question_id.tolist() == ["q-layer", "q-verify", "q-verify"]
 
 
 def test_export_refuses_a_file_as_output(runs_dir, tmp_path):

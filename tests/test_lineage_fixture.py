@@ -3,7 +3,7 @@
 Lineage (fitness = geomean speedup over the original):
     #1 seed 1.0 ─ #2 knob-mutation 1.2 ─ #3 question-mutation q-layer 1.6 ─┬ #4 question-mutation q-limit REJECTED ─ #5 repair 1.5
                  └ #7 knob-mutation REJECTED (does not compile)          └ #6 question-crossover q-layer (+#2) 1.8
-    #8 pending child of #6; one LLM call (q-verify) that gave no child.
+    #8 pending child of #6; an answered LLM call (q-verify) that gave no child, and a failed attempt.
 """
 
 from __future__ import annotations
@@ -79,9 +79,12 @@ def make_run(run_dir: Path, close: bool = True) -> Store:
     add(store, "knob-mutation", [seed], "broken", "8 +", report(None, failure="candidate does not compile: x.c:5: "
                                                                  "error: expected ';'"), generation=1)
     add(store, "question-mutation", [6], "pending", "88", None, generation=4, question_id="q-layer")
+    store.add_llm_call(LLMCall(model="openai/test-model", prompt="Question: verify?",
+                               response="The kernel is already optimal.", operator="question-mutation",
+                               question_id="q-verify", error="no code block", cost_usd=0.002))
     store.add_llm_call(LLMCall(model="openai/test-model", prompt="Question: verify?", response=None,
-                               operator="question-mutation", question_id="q-verify", error="no code block",
-                               cost_usd=0.002))
+                               operator="question-mutation", question_id="q-verify",
+                               error="RateLimitError: 429 (retried)", cost_usd=0.0))
     if close:
         store.close()
     return store
