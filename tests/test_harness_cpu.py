@@ -119,3 +119,23 @@ def test_cli_bad_input_exits_2_with_one_line(args, message):
     proc = run_cli(*[a.format(original=TASK.original) for a in args])
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_worker_ends_itself_when_its_parent_is_gone(tmp_path):
+    """A hanging kernel's worker exits on its own shortly after the limit (no orphan keeps running)."""
+    import time
+
+    from evokernel.harness.check import build_checked
+
+    hang = ORIGINAL.replace("if (!p || !p->q", "for (volatile int spin = 1; spin;) {}\n  if (!p || !p->q")
+    library = build_checked(hang, TASK, "candidate")[0].library
+    original = build_checked(ORIGINAL, TASK, "original")[0].library
+    request = {"backend": "cpu", "candidate": str(library), "original": str(original), "speed_reference": "original",
+               "scenarios": [vars(TASK.scenarios("quick")[0])], "seed": 1, "trials": 1, "rounds": 1, "warmup": 0,
+               "timing_budget_ms": None, "tolerance": {"factor": 2.0, "floor": 1e-5}, "floors_ms": [0.0],
+               "self_destruct_s": 2}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "evokernel.harness.worker", str(tmp_path)], timeout=60)
+    assert proc.returncode == -14  # SIGALRM
+    assert time.monotonic() - started < 30

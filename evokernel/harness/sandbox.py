@@ -33,7 +33,9 @@ def run_worker(request: dict, timeout_s: float) -> WorkerOutcome:
     """Run `python -m evokernel.harness.worker` on `request`; never raises for a bad kernel."""
     with tempfile.TemporaryDirectory(prefix="evk-worker-") as scratch:
         scratch_dir = Path(scratch)
-        (scratch_dir / "request.json").write_text(json.dumps(request))
+        # The worker also ends itself shortly after the limit: if whoever started it dies first (a killed
+        # evaluation actor), no orphaned kernel keeps the device busy.
+        (scratch_dir / "request.json").write_text(json.dumps({**request, "self_destruct_s": timeout_s + 10}))
         env = clean_environment()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH")]))
         proc = subprocess.Popen(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import signal
 import sys
 import traceback
 from collections import deque
@@ -178,6 +179,7 @@ class Worker:
 def main() -> None:
     scratch = Path(sys.argv[1])
     request = json.loads((scratch / "request.json").read_text())
+    signal.alarm(math.ceil(request["self_destruct_s"]))  # SIGALRM's default action ends the process
     try:
         result = Worker(scratch, request).run()
     except Exception as exc:  # a kernel error surfaced by the runtime (illegal address, launch failure)
