@@ -3,6 +3,7 @@
 # usage (repository root, on the GPU machine): bash experiments/attention_hopper/device_session.sh PHASE
 #   harness   adversarial CUDA tests, seed tests, `check --scenarios all` of the original kernel
 #   seed      `check --scenarios all --baselines` of the seed kernel
+#   baselines the seed, the original, SDPA cuDNN and flash timed in one run on the fa3 grid
 #   throughput  the search throughput benchmark (slow proposal source)
 #   search    the recorded knob search with experiments/attention_hopper/config.yaml, its report
 # Logs and reports go to $OUT (default /tmp/evk_out).
@@ -25,6 +26,10 @@ case "$phase" in
     timeout 330 evokernel check evokernel/defaults/attention_fa2.cu --task attention-fwd --scenarios all \
       --original cudnn --baselines --json "$OUT/seed_all.json" 2>&1 | tee "$OUT/seed_all.txt" | tail -6
     ;;
+  baselines)
+    step baselines
+    timeout 500 python3 benchmarks/attention_baselines.py --scenarios fa3 --json "$OUT/baselines.json" \
+      --results "$OUT/baselines.md" 2>&1 | tee "$OUT/baselines.log" | tail -8 ;;
   throughput)
     step throughput
     timeout 250 python3 benchmarks/search_throughput.py --task attention-fwd --seed evokernel/defaults/attention_fa2.cu \
@@ -37,6 +42,6 @@ case "$phase" in
     evokernel lineage "$run" --best 2>&1 | tee "$OUT/lineage.txt" | tail -12
     evokernel report "$run" -o "$OUT/report.html" | tail -2
     tar czf "$OUT/run.tar.gz" -C "$(dirname "$run")" "$(basename "$run")" ;;
-  *) echo "unknown phase '$phase' (harness, seed, throughput, search)"; exit 2 ;;
+  *) echo "unknown phase '$phase' (harness, seed, baselines, throughput, search)"; exit 2 ;;
 esac
 done
