@@ -54,7 +54,9 @@ def print_check_report(report) -> None:
         table.add_row(s.name, flag, ratio, _fmt(s.time_ms, ".4f"), _fmt(s.original_time_ms, ".4f"), speed, spread,
                       *[_fmt(s.baselines_ms.get(n), ".4f") for n in baseline_names])
     console.print(table)
-    if report.correct:
+    if report.correct and report.geomean_speedup is None:
+        console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios (not timed)")
+    elif report.correct:
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios; geomean speedup over "
                       f"{report.speed_reference}: [bold]{_fmt(report.geomean_speedup)}[/]"
                       + (" [yellow](suspicious: faster than the roofline; re-verified)[/]" if report.suspicious else ""))
@@ -78,15 +80,17 @@ def print_check_report(report) -> None:
 @click.option("--trials", type=click.IntRange(1, 20), default=3, show_default=True, help="Random inputs per scenario.")
 @click.option("--rounds", type=click.IntRange(1, 1000), help="Interleaved timing rounds (default: per device).")
 @click.option("--keep-going", is_flag=True, help="Verify every scenario even after one fails.")
+@click.option("--no-time", is_flag=True, help="Verify only: no timing, no speedup.")
 @click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True, help="Hard limit in seconds.")
 def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str, baselines: bool,
           json_out: Path | None, seed: int | None, trials: int, rounds: int | None, keep_going: bool,
-          timeout: float) -> None:
+          no_time: bool, timeout: float) -> None:
     """Build, verify and time KERNEL; exit 0 if it passes the correctness gate, 1 if rejected."""
     from evokernel.harness import CheckOptions, check_kernel
 
     options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference, baselines=baselines,
-                           seed=seed, trials=trials, rounds=rounds, keep_going=keep_going, timeout_s=timeout)
+                           seed=seed, trials=trials, rounds=rounds, keep_going=keep_going,
+                           time_kernels=not no_time, timeout_s=timeout)
     report = check_kernel(kernel, task_name, options)
     print_check_report(report)
     if json_out:

@@ -100,6 +100,12 @@ def test_cli_check_table_json_and_exit_codes(tmp_path):
     keys = {"name", "correct", "rel_err", "time_ms", "original_time_ms", "speedup", "error"}
     assert keys <= set(report["scenarios"][0])
 
+    proc = run_cli("check", str(TASK.original), "--task", TASK.name, "--scenarios", "all", "--no-time",
+                   "--json", str(out))
+    assert proc.returncode == 0 and "(not timed)" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["correct"] and report["geomean_speedup"] is None and report["scenarios"][0]["time_ms"] is None
+
     bad = tmp_path / "bad.c"
     bad.write_text(CPU_CHEATS[0].edit(ORIGINAL))
     proc = run_cli("check", str(bad), "--task", TASK.name, "--json", str(out))

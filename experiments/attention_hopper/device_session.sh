@@ -1,7 +1,7 @@
 #!/bin/bash
 # The recorded H200 measurements of this experiment, in phases that each fit one device call.
 # usage (repository root, on the GPU machine): bash experiments/attention_hopper/device_session.sh PHASE
-#   harness   adversarial CUDA tests, seed tests, `check --scenarios all` of the original kernel
+#   harness   adversarial CUDA tests, seed tests, `check --scenarios all --no-time` of the original kernel
 #   seed      `check --scenarios all --baselines` of the seed kernel
 #   baselines the seed, the original, SDPA cuDNN and flash timed in one run on the fa3 grid
 #   throughput  the search throughput benchmark (slow proposal source)
@@ -20,7 +20,7 @@ case "$phase" in
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_harness_cuda.py tests/test_attention_hopper.py 2>&1 | tee "$OUT/pytest.log" | tail -8
     step original all
     timeout 300 evokernel check evokernel/harness/tasks/attention_fwd/original.cu --task attention-fwd \
-      --scenarios all --rounds 5 --json "$OUT/original_all.json" 2>&1 | tee "$OUT/original_all.txt" | tail -6 ;;
+      --scenarios all --no-time --json "$OUT/original_all.json" 2>&1 | tee "$OUT/original_all.txt" | tail -6 ;;
   seed)
     step seed all
     timeout 330 evokernel check evokernel/defaults/attention_fa2.cu --task attention-fwd --scenarios all \
