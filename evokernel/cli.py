@@ -80,7 +80,8 @@ def print_check_report(report) -> None:
 @click.option("--trials", type=click.IntRange(1, 20), default=3, show_default=True, help="Random inputs per scenario.")
 @click.option("--rounds", type=click.IntRange(1, 1000), help="Interleaved timing rounds (default: per device).")
 @click.option("--keep-going", is_flag=True, help="Verify every scenario even after one fails.")
-@click.option("--no-time", is_flag=True, help="Verify only: no timing, no speedup.")
+@click.option("--no-time", is_flag=True,
+              help="Verify only: no timing, no speedup (and none of the checks made during timing).")
 @click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True, help="Hard limit in seconds.")
 def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str, baselines: bool,
           json_out: Path | None, seed: int | None, trials: int, rounds: int | None, keep_going: bool,
