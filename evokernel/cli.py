@@ -176,7 +176,8 @@ def _log_line(stats) -> str:
             + (f" · ${stats.cost_usd:.2f}" if stats.llm else "") + f" · {stats.last or ''}")
 
 
-def _print_outcome(result, run_dir: Path) -> None:
+def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
+    from evokernel.harness import speed_reference_label
     from evokernel.store import Store
 
     stats = result.stats
@@ -191,7 +192,8 @@ def _print_outcome(result, run_dir: Path) -> None:
     over_seed = (f", {best.fitness / stats.seed_fitness:.3f}x the seed (individual {stats.seed_id})"
                  if stats.seed_fitness else "")
     console.print(f"[bold green]best kernel[/]: individual {best.id} ({best.operator}), geomean speedup "
-                  f"{best.fitness:.3f} over the task's original{over_seed}\n  source: {path}", soft_wrap=True)
+                  f"{best.fitness:.3f} over {speed_reference_label(speed_reference)}{over_seed}\n  source: {path}",
+                  soft_wrap=True)
     if best.knobs:
         console.print("  knobs: " + ", ".join(f"{k}={v}" for k, v in best.knobs.items()))
     console.print(f"inspect it:\n  evokernel lineage {run_dir} --best\n  evokernel show {run_dir} {best.id}\n"
@@ -236,7 +238,7 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
             result = search.run()
     else:
         result = search.run()
-    _print_outcome(result, run_dir)
+    _print_outcome(result, run_dir, config.speed_reference)
     if result.status == "stopped":
         console.print(f"continue it with: evokernel run --resume {run_dir}")
         sys.exit(130)
@@ -455,7 +457,7 @@ def diff(run: str, id_a: int, id_b: int) -> None:
     with _open_run(run) as lin:
         a, b = lin.get(id_a), lin.get(id_b)
         console.print(Syntax(lin.diff(a.id, b.id) or "(identical sources)", "diff", word_wrap=True))
-        console.print(_delta_table(f"speedup over the original: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
+        console.print(_delta_table(f"speedup over {lin.speed_reference}: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
                                    f"#{a.id}", f"#{b.id}"))
         console.print(f"geomean: #{a.id} {_fmt(a.fitness)} ({a.status}) -> #{b.id} {_fmt(b.fitness)} ({b.status})"
                       f"{_gain(a.fitness, b.fitness)}")

@@ -217,6 +217,13 @@ class Lineage:
     def name(self) -> str:
         return self.run_dir.resolve().name
 
+    @property
+    def speed_reference(self) -> str:
+        """What this run's fitness is a speedup over (the config's speed_reference)."""
+        from evokernel.harness import speed_reference_label
+
+        return speed_reference_label((self.store.meta().get("config") or {}).get("speed_reference", "original"))
+
     def get(self, individual_id: int) -> Individual:
         if individual_id not in self.individuals:
             raise BadInput(f"run {self.name} has no kernel {individual_id} "

@@ -200,7 +200,7 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     kernels = "\n".join(kernel_html(run, run.individuals[i], ranks.get(i)) for i in order)
     data = json.dumps(chart_data(run, top, graph_ids)).replace("</", "<\\/")
     fills = {"title": _e(f"evokernel run {summary.id}"), "facts": "".join(f"<span>{_e(f)}</span>" for f in facts),
-             "top": str(len(top)), "questions": questions_html(run), "failures": failures_html(run, set(order)),
+             "top": str(len(top)), "reference": _e(run.speed_reference), "questions": questions_html(run), "failures": failures_html(run, set(order)),
              "cost": cost_html(run), "kernels": kernels or '<p class="note">no correct kernel yet</p>', "data": data,
              "css": (ASSETS / "report.css").read_text(), "js": (ASSETS / "report.js").read_text()}
     return re.sub(r"\{\{(\w+)\}\}", lambda m: fills[m.group(1)], (ASSETS / "report.html").read_text())

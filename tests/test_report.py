@@ -108,3 +108,16 @@ def test_report_command(demo, tmp_path):
     (tmp_path / "a-file").write_text("")
     result = CliRunner().invoke(main, ["report", str(demo), "-o", str(tmp_path / "a-file" / "report.html")])
     assert result.exit_code == 2 and result.output.startswith("error: cannot write the report to ")
+
+
+def test_speedups_are_labelled_with_the_runs_speed_reference(tmp_path):
+    store = make_run(tmp_path / "cudnn-run", close=False)
+    with Lineage(tmp_path / "cudnn-run") as run:
+        assert run.speed_reference == "the task's original kernel"  # no config: the harness default
+    store.set_meta("config", {"task": "attention-fwd", "speed_reference": "cudnn"})
+    store.close()
+    with Lineage(tmp_path / "cudnn-run") as run:
+        page = render_report(run)
+        assert run.speed_reference == "cudnn"
+    assert "geomean speedup over cudnn;" in page and "Speedup over cudnn per scenario" in page
+    assert "task's original kernel" not in page

@@ -32,6 +32,11 @@ class CheckOptions:
     compile_timeout_s: float = 180.0
 
 
+def speed_reference_label(speed_reference: str) -> str:
+    """What speedups are measured against, in words (reports and summaries say it)."""
+    return "the task's original kernel" if speed_reference == "original" else speed_reference
+
+
 DEFAULT_ROUNDS = {"cpu": 7, "cuda": 30}
 TIMING_BUDGET_MS = {"cpu": 400.0, "cuda": 3000.0}  # per scenario; slow kernels get fewer rounds
 
