@@ -201,7 +201,8 @@ def test_a_dead_evaluation_worker_costs_one_evaluation(tmp_path):
         ray.kill(pool.actors[0], no_restart=False)
         (dead,) = finish()
         assert dead.key == 2 and not dead.report["correct"]
-        assert "evaluation worker died" in dead.report["failure"]
+        # Ray ends the actor, and sometimes first the sandboxed child it started: either way one rejection.
+        assert any(reason in dead.report["failure"] for reason in ("evaluation worker died", "crashed (SIGKILL)"))
         pool.submit(3, ORIGINAL, "after", CheckOptions(time_kernels=False))  # the actor was restarted
         (after,) = finish()
         assert after.key == 3 and after.report["correct"]
