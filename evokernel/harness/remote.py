@@ -21,6 +21,8 @@ from evokernel.harness.report import CheckReport
 from evokernel.harness.tasks import Task, get_task
 
 DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
+MAX_RESENDS = 5  # calls sent again to an actor that was restarting (it never ran them)
+RESEND_DELAY_S = 1.0
 
 
 def detect_gpus() -> int:
@@ -88,7 +90,9 @@ class _Call:
     slot: int
     started_at: float
     deadline: float
+    request: tuple  # (source, label, options dict or None): resent if the actor was restarting
     killed: bool = False
+    resends: int = 0
 
 
 @dataclass
@@ -138,8 +142,8 @@ class EvaluationPool:
         slot = next(i for i in range(self.slots) if i not in busy)
         now = time.time()
         self.first_submit = self.first_submit or now
-        ref = self.actors[slot].evaluate.remote(source, label, asdict(options) if options else None)
-        self.calls[ref] = _Call(key, slot, now, now + self.deadline_s)
+        request = (source, label, asdict(options) if options else None)
+        self.calls[self.actors[slot].evaluate.remote(*request)] = _Call(key, slot, now, now + self.deadline_s, request)
 
     def wait(self, timeout: float) -> list[Finished]:
         """Finished evaluations (possibly none after `timeout` seconds)."""
@@ -149,15 +153,26 @@ class EvaluationPool:
             return []
         self._enforce_deadlines()
         ready, _ = ray.wait(list(self.calls), num_returns=1, timeout=timeout)
-        return [self._collect(ref) for ref in ready]
+        return [finished for ref in ready if (finished := self._collect(ref)) is not None]
 
-    def _collect(self, ref) -> Finished:
+    def _collect(self, ref) -> Finished | None:
+        """The finished call's result; None when it was resent because its actor was restarting."""
         import ray
 
         call = self.calls.pop(ref)
         worker = None
         try:
             report, worker = ray.get(ref)
+        except ray.exceptions.ActorUnavailableError:
+            if call.killed:
+                report = self._failure(call, "evaluation worker died (killed after exceeding its deadline)")
+            elif call.resends >= MAX_RESENDS:
+                report = self._failure(call, "evaluation worker unavailable (restarting)")
+            else:  # the actor is coming back after a restart: the call never reached it, send it again
+                time.sleep(RESEND_DELAY_S * (call.resends + 1))
+                call.resends += 1
+                self.calls[self.actors[call.slot].evaluate.remote(*call.request)] = call
+                return None
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
             why = "killed after exceeding its deadline" if call.killed else type(exc).__name__
             report = self._failure(call, f"evaluation worker died ({why})")
