@@ -9,13 +9,10 @@ LLM cost, export tables), `Step`, `ScenarioDelta`, `TreeNode`.
 
 from __future__ import annotations
 
-import atexit
 import difflib
 import json
 import re
-import shutil
 import sqlite3
-import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from evokernel.errors import BadInput
-from evokernel.store import DB_NAME, Individual, Store, iter_runs
+from evokernel.store import DB_NAME, Individual, iter_runs, open_readonly
 
 DEFAULT_RUNS = Path("runs")
 MIN_NOISE = 0.01  # per-scenario changes below 1% are never called a win or a loss
@@ -45,33 +42,6 @@ def resolve_run(spec: str | Path, runs_root: Path = DEFAULT_RUNS) -> Path:
     if (candidate / DB_NAME).is_file():
         return candidate
     raise BadInput(f"no run '{spec}': neither a run directory nor a run id under {runs_root}/")
-
-
-def _open_store(run_dir: Path) -> Store:
-    """Open read-only; where SQLite cannot (a read-only location without the WAL index), read a copy."""
-    store = Store(run_dir, readonly=True)
-    try:
-        store.db.execute("SELECT 1 FROM individuals LIMIT 1").fetchall()
-        return store
-    except sqlite3.OperationalError as exc:
-        store.close()
-        if "no such table" in str(exc):
-            raise BadInput(f"{run_dir / DB_NAME} holds no lineage tables "
-                           f"(a live run copied without its {DB_NAME}-wal file?)") from None
-    # SQLite must create lineage.db-shm next to a WAL database; a read-only place forbids it.
-    copy = Path(tempfile.mkdtemp(prefix="evokernel-run-"))
-    atexit.register(shutil.rmtree, copy, ignore_errors=True)
-    for name in (DB_NAME, f"{DB_NAME}-wal"):
-        if (run_dir / name).exists():
-            shutil.copyfile(run_dir / name, copy / name)
-    (copy / "sources").symlink_to((run_dir / "sources").resolve())
-    store = Store(copy, readonly=True)
-    try:
-        store.db.execute("SELECT 1 FROM individuals LIMIT 1").fetchall()
-    except sqlite3.DatabaseError as exc:
-        store.close()
-        raise BadInput(f"cannot read {run_dir / DB_NAME}: {exc}") from None
-    return store
 
 
 # -- value types ----------------------------------------------------------------------------------
@@ -196,7 +166,7 @@ class Lineage:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.store = _open_store(self.run_dir)
+        self.store = open_readonly(self.run_dir)
         self.individuals: dict[int, Individual] = {i.id: i for i in self.store.individuals()}
 
     @classmethod

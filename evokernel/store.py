@@ -9,10 +9,13 @@ Rows are written as results arrive (WAL mode), so a reader can inspect a live ru
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import re
+import shutil
 import sqlite3
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -352,3 +355,30 @@ def iter_runs(root: Path) -> Iterator[Path]:
         return
     for path in sorted(root.glob(f"*/{DB_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True):
         yield path.parent
+
+
+def open_readonly(run_dir: Path) -> Store:
+    """Open read-only; where SQLite cannot (a read-only location without the WAL index), read a copy."""
+    store = Store(run_dir, readonly=True)
+    try:
+        store.db.execute("SELECT 1 FROM individuals LIMIT 1").fetchall()
+        return store
+    except sqlite3.OperationalError as exc:
+        store.close()
+        if "no such table" in str(exc):
+            raise BadInput(f"{run_dir / DB_NAME} holds no lineage tables "
+                           f"(a live run copied without its {DB_NAME}-wal file?)") from None
+    # SQLite must create lineage.db-shm next to a WAL database; a read-only place forbids it.
+    copy = Path(tempfile.mkdtemp(prefix="evokernel-run-"))
+    atexit.register(shutil.rmtree, copy, ignore_errors=True)
+    for name in (DB_NAME, f"{DB_NAME}-wal"):
+        if (run_dir / name).exists():
+            shutil.copyfile(run_dir / name, copy / name)
+    (copy / "sources").symlink_to((run_dir / "sources").resolve())
+    store = Store(copy, readonly=True)
+    try:
+        store.db.execute("SELECT 1 FROM individuals LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        store.close()
+        raise BadInput(f"cannot read {run_dir / DB_NAME}: {exc}") from None
+    return store

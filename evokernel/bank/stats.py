@@ -86,11 +86,11 @@ def outcome_counts(db) -> dict[str, tuple[int, int]]:
 
 def prior_from_runs(run_dirs: list[Path]) -> dict[str, tuple[int, int]]:
     """Summed outcome counts of earlier runs: the bandit's prior."""
-    from evokernel.store import Store
+    from evokernel.store import open_readonly
 
     prior: dict[str, tuple[int, int]] = {}
     for run_dir in run_dirs:
-        with Store(Path(run_dir), readonly=True) as store:
+        with open_readonly(Path(run_dir)) as store:
             for question_id, (asked, wins) in outcome_counts(store.db).items():
                 old = prior.get(question_id, (0, 0))
                 prior[question_id] = (old[0] + asked, old[1] + wins)
