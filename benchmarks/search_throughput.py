@@ -81,6 +81,7 @@ def steady_busy_fraction(run_dir: Path, slots: int) -> float | None:
 
 def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path, label: str) -> dict:
     data = {"task": args.task, "scenarios": args.scenarios, "trials": args.trials,
+            "speed_reference": args.speed_reference,
             "population_size": 8, "budget": {"evaluations": evaluations},
             "llm": {"max_concurrent": concurrency}, "random_seed": args.random_seed,
             "resources": {"max_parallel": args.max_parallel, "evaluation_timeout_s": 600}}
@@ -141,6 +142,7 @@ def main() -> None:
     parser.add_argument("--seed", help="seed kernel (default: the task's original)")
     parser.add_argument("--scenarios", default="quick")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--speed-reference", default="original", help="original, a kernel file, cudnn, flash")
     parser.add_argument("--evaluations", type=int, default=30, help="evaluations with the fast source")
     parser.add_argument("--slow-evaluations", type=int, default=30, help="evaluations with the slow source")
     parser.add_argument("--latency", default="10,30", help="LLM-like latency range in seconds: LOW,HIGH")
@@ -168,7 +170,7 @@ def main() -> None:
         command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         text = (f"\n## Search throughput, {stamp}\n\nMachine: {machine()}  \nTask: {args.task}, scenarios "
-                f"'{args.scenarios}', trials {args.trials}  \nCommand: `{command}`\n\n{markdown(frame)}\n")
+                f"'{args.scenarios}', trials {args.trials}, speed reference {args.speed_reference}  \nCommand: `{command}`\n\n{markdown(frame)}\n")
         args.results.parent.mkdir(parents=True, exist_ok=True)
         with args.results.open("a") as out:
             out.write(text)

@@ -64,8 +64,9 @@ def print_check_report(report) -> None:
             console.print(f"  candidate speed relative to {name}: {_fmt(value)}")
     else:
         console.print(f"[bold red]rejected[/]: {report.failure}")
-    console.print(f"[dim]device {report.device} · seed {report.seed} · build {_fmt(report.build_seconds, '.1f')} s · "
-                  f"check {_fmt(report.check_seconds, '.1f')} s[/]")
+    phases = ", ".join(f"{name} {value:.1f}" for name, value in report.phase_seconds.items())
+    console.print(f"[dim]device {report.device} · seed {report.seed} · check {_fmt(report.check_seconds, '.1f')} s"
+                  + (f" ({phases})" if phases else f" · build {_fmt(report.build_seconds, '.1f')} s") + "[/]")
 
 
 @main.command()

@@ -109,6 +109,10 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     report.check_seconds = round(time.perf_counter() - started, 3)
     result = outcome.result or {"scenarios": [], "failure": outcome.failure}
     report.device = result.get("device")
+    phases = result.get("seconds", {})
+    # worker start: process start, runtime import (torch), device context, loading the kernels
+    report.phase_seconds = {"build": report.build_seconds or 0.0,
+                            "worker start": round(max(0.0, outcome.seconds - sum(phases.values())), 3), **phases}
     report.scenarios = [ScenarioResult(**entry) for entry in result["scenarios"]]
     for entry in report.scenarios:
         if entry.time_ms and entry.original_time_ms:

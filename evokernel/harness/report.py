@@ -41,6 +41,7 @@ class CheckReport:
     build_seconds: float | None = None
     build_log: str = ""
     check_seconds: float | None = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # build, worker start, verification, timing
     seed: int | None = None
     device: str | None = None
     suspicious: bool = False

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ class WorkerOutcome:
     failure: str | None  # why there is no answer (crash, timeout)
     last_step: str | None  # the last step the worker announced before it stopped
     output: str  # the worker's captured stdout/stderr (trimmed)
+    seconds: float  # wall time of the worker process, start to exit
 
 
 def run_worker(request: dict, timeout_s: float) -> WorkerOutcome:
@@ -38,6 +40,7 @@ def run_worker(request: dict, timeout_s: float) -> WorkerOutcome:
         (scratch_dir / "request.json").write_text(json.dumps({**request, "self_destruct_s": timeout_s + 10}))
         env = clean_environment()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH")]))
+        started = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "evokernel.harness.worker", str(scratch_dir)],
             cwd=scratch_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -50,13 +53,14 @@ def run_worker(request: dict, timeout_s: float) -> WorkerOutcome:
             os.killpg(proc.pid, signal.SIGKILL)
             output, _ = proc.communicate()
             failure = f"timed out after {timeout_s:.0f} s (killed)"
+        seconds = time.perf_counter() - started
         text = output.decode(errors="replace")[-4000:]
         progress = scratch_dir / "progress.txt"
         steps = progress.read_text().splitlines() if progress.exists() else []
         last_step = steps[-1] if steps else None
         result_file = scratch_dir / "result.json"
         if failure is None and result_file.exists():
-            return WorkerOutcome(json.loads(result_file.read_text()), None, last_step, text)
+            return WorkerOutcome(json.loads(result_file.read_text()), None, last_step, text, seconds)
         if failure is None:
             code = proc.returncode
             if code < 0:
@@ -65,4 +69,4 @@ def run_worker(request: dict, timeout_s: float) -> WorkerOutcome:
                 failure = f"worker exited with code {code} without a result"
         if last_step:
             failure += f" during {last_step}"
-        return WorkerOutcome(None, failure, last_step, text)
+        return WorkerOutcome(None, failure, last_step, text, seconds)

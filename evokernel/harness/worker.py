@@ -12,6 +12,7 @@ import json
 import math
 import signal
 import sys
+import time
 import traceback
 from collections import deque
 from pathlib import Path
@@ -41,6 +42,7 @@ class Worker:
         self.baselines = {name: self.backend.baseline(name) for name in request.get("baselines", [])}
         self.seed = int(request["seed"])
         self.live: deque = deque(maxlen=2)  # this run's buffers and the previous run's (poisoned)
+        self.seconds: dict[str, float] = {}  # where the worker's time goes
 
     def step(self, text: str) -> None:
         with open(self.scratch / "progress.txt", "a") as f:
@@ -141,6 +143,7 @@ class Worker:
         scenarios = [Scenario(**s) for s in self.request["scenarios"]]
         results = []
         failure = None
+        started = time.perf_counter()
         for index, scenario in enumerate(scenarios):
             entry = {"name": scenario.name}
             try:
@@ -152,6 +155,8 @@ class Worker:
             results.append(entry)
             if failure and not self.request.get("keep_going"):
                 break
+        self.seconds["verification"] = time.perf_counter() - started
+        started = time.perf_counter()
         if failure is None and self.request.get("time", True):
             for index, (scenario, entry) in enumerate(zip(scenarios, results)):
                 try:
@@ -173,7 +178,9 @@ class Worker:
                         entry.update(correct=False, error=f"faster than the roofline and then {exc}")
                         failure = f"{scenario.name}: faster than the roofline and then {exc}"
                         break
-        return {"scenarios": results, "failure": failure, "device": self.backend.device_name()}
+        self.seconds["timing"] = time.perf_counter() - started
+        return {"scenarios": results, "failure": failure, "device": self.backend.device_name(),
+                "seconds": {name: round(value, 3) for name, value in self.seconds.items()}}
 
 
 def main() -> None:

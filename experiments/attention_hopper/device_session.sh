@@ -3,6 +3,7 @@
 # usage (repository root, on the GPU machine): bash experiments/attention_hopper/device_session.sh PHASE
 #   harness   adversarial CUDA tests, seed tests, `check --scenarios all --no-time` of the original kernel
 #   seed      `check --scenarios all --baselines` of the seed kernel
+#   speed     harness speed: cold build of the original, two full `fa3` checks of the seed against cuDNN
 #   baselines the seed, the original, SDPA cuDNN and flash timed in one run on the fa3 grid
 #   throughput  the search throughput benchmark (slow proposal source)
 #   search    the recorded knob search with experiments/attention_hopper/config.yaml, its report
@@ -26,14 +27,18 @@ case "$phase" in
     timeout 330 evokernel check evokernel/defaults/attention_fa2.cu --task attention-fwd --scenarios all \
       --original cudnn --baselines --json "$OUT/seed_all.json" 2>&1 | tee "$OUT/seed_all.txt" | tail -6
     ;;
+  speed)
+    step speed
+    timeout 400 python3 benchmarks/harness_speed.py --scenarios fa3 --original cudnn --results "$OUT/speed.md" \
+      2>&1 | tee "$OUT/speed.log" | tail -8 ;;
   baselines)
     step baselines
     timeout 500 python3 benchmarks/attention_baselines.py --scenarios fa3 --json "$OUT/baselines.json" \
       --results "$OUT/baselines.md" 2>&1 | tee "$OUT/baselines.log" | tail -8 ;;
   throughput)
     step throughput
-    timeout 250 python3 benchmarks/search_throughput.py --task attention-fwd --seed evokernel/defaults/attention_fa2.cu \
-      --evaluations 8 --slow-evaluations 10 --results "$OUT/throughput.md" 2>&1 | tee "$OUT/throughput.log" | tail -12 ;;
+    timeout 450 python3 benchmarks/search_throughput.py --task attention-fwd --seed evokernel/defaults/attention_fa2.cu \
+      --scenarios fa3-2k --speed-reference cudnn --evaluations 6 --slow-evaluations 10 --results "$OUT/throughput.md" 2>&1 | tee "$OUT/throughput.log" | tail -12 ;;
   search)
     step search
     timeout 280 evokernel run experiments/attention_hopper/config.yaml --runs-dir /tmp/evk_runs 2>&1 \
@@ -42,6 +47,6 @@ case "$phase" in
     evokernel lineage "$run" --best 2>&1 | tee "$OUT/lineage.txt" | tail -12
     evokernel report "$run" -o "$OUT/report.html" | tail -2
     tar czf "$OUT/run.tar.gz" -C "$(dirname "$run")" "$(basename "$run")" ;;
-  *) echo "unknown phase '$phase' (harness, seed, baselines, throughput, search)"; exit 2 ;;
+  *) echo "unknown phase '$phase' (harness, seed, speed, baselines, throughput, search)"; exit 2 ;;
 esac
 done
