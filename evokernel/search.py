@@ -308,7 +308,8 @@ class Search:
             return _Job("repair", [parent], self.islands.get(failing.id), failing.generation + 1, "repair")
         if not len(self.population):
             return None
-        names = [n for n in self.ops if n != "repair" and (llm_room or not self.ops[n].uses_llm)]
+        names = [n for n in self.ops if n != "repair" and (llm_room or not self.ops[n].uses_llm)
+                 and self.ops[n].arity <= len(self.population)]  # no crossover of a kernel with itself
         if not names:
             return None
         name = self.rng.choices(names, weights=[self.weights[n] for n in names])[0]

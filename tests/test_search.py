@@ -20,7 +20,7 @@ from evokernel.cli import main
 from evokernel.config import load_config
 from evokernel.harness import get_task
 from evokernel.mutations import Proposal
-from evokernel.mutations.knobs import KnobMutation
+from evokernel.mutations.knobs import KnobCrossover, KnobMutation
 from evokernel.search import UNPRODUCTIVE_LIMIT, Search, failure_kind
 from evokernel.store import Store
 
@@ -306,3 +306,15 @@ def test_sigterm_stops_the_driver_cleanly_and_the_run_resumes(tmp_path):
     with Store(run_dir, readonly=True) as store:
         assert store.count("correct", "rejected") == done + 2 and store.meta()["status"] == "finished"
         assert store.count("pending", "running") == 0
+
+
+def test_a_crossover_waits_for_a_second_kernel(tmp_path):
+    config = load_config(make_config(tmp_path, budget={"evaluations": 4}))
+    result = Search(config, tmp_path / "run", operator_set={"knob-crossover": (KnobCrossover(), 5.0),
+                                                             "knob-mutation": (KnobMutation(), 1.0)}).run()
+    rows = finished_rows(tmp_path / "run")
+    assert result.stats.evaluations == 4 and rows[1].operator == "knob-mutation"  # one kernel: no crossover
+    assert result.stats.proposal_failures["knob-crossover"] == 0  # never a kernel crossed with itself
+
+    alone = Search(config, tmp_path / "alone", operator_set={"knob-crossover": (KnobCrossover(), 1.0)}).run()
+    assert alone.stats.evaluations == 1 and alone.reason == "nothing left to evaluate"
