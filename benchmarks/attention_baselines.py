@@ -14,13 +14,12 @@ with date, machine and command to a RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from evokernel.defaults import DEFAULTS_DIR
 from evokernel.harness import CheckOptions, CheckReport, check_kernel, geomean, get_task
+from results_entry import append_entry
 
 
 def table(report: CheckReport, kernel_name: str) -> str:
@@ -65,12 +64,9 @@ def main() -> int:
     text = table(report, args.kernel.stem)
     print(text)
     if args.results:
-        when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-        with args.results.open("a") as f:
-            f.write(f"\n## Baselines in one run, {when}\n\nDevice: {report.device}  \nCommand: `{command}`  \n"
-                    f"The kernel verified on every scenario (seed {report.seed}); the original and the library "
-                    f"baselines timed in the same rounds; check {report.check_seconds:.0f} s.\n\n{text}\n")
+        append_entry(args.results, "Baselines in one run", [f"Device: {report.device}"],
+                     f"The kernel verified on every scenario (seed {report.seed}); the original and the library "
+                     f"baselines timed in the same rounds; check {report.check_seconds:.0f} s.\n\n{text}")
     return 0
 
 

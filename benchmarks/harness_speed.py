@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
+from unittest import mock
 
 from rich.console import Console
 
@@ -26,19 +25,16 @@ from evokernel.defaults import DEFAULTS_DIR
 from evokernel.harness import CheckOptions, CheckReport, check_kernel, get_task
 from evokernel.harness.build import build
 from evokernel.harness.remote import detect_gpus
+from results_entry import append_entry
 
 console = Console()
 
 
 def cold_build_seconds(source: str, task) -> float:
     """Compile time with an empty build cache (the cache is pointed at a fresh directory meanwhile)."""
-    before = os.environ.get("EVOKERNEL_CACHE")
-    with tempfile.TemporaryDirectory(prefix="evk-cold-cache-") as cache:
-        os.environ["EVOKERNEL_CACHE"] = cache
-        try:
-            result = build(source, task.language, task.header)
-        finally:
-            os.environ.pop("EVOKERNEL_CACHE") if before is None else os.environ.update(EVOKERNEL_CACHE=before)
+    with tempfile.TemporaryDirectory(prefix="evk-cold-cache-") as cache, \
+            mock.patch.dict(os.environ, {"EVOKERNEL_CACHE": cache}):
+        result = build(source, task.language, task.header)
     if not result.ok:
         raise SystemExit(f"build failed:\n{result.log[-2000:]}")
     return result.seconds
@@ -75,9 +71,8 @@ def main() -> int:
         if not report.correct:
             console.print(f"[red]rejected[/]: {report.failure}")
             return 1
-        phases = ", ".join(f"{name} {value:.1f}" for name, value in report.phase_seconds.items())
         lines.append(f"- check {repeat + 1} ({len(report.scenarios)} scenarios, seed {report.seed}): "
-                     f"{report.check_seconds:.1f} s ({phases}); geomean speedup {report.geomean_speedup:.4f}")
+                     f"{report.check_seconds:.1f} s ({report.phase_summary()}); geomean speedup {report.geomean_speedup:.4f}")
         console.print(lines[-1])
         reports.append(report)
     geomeans = [r.geomean_speedup for r in reports]
@@ -86,12 +81,9 @@ def main() -> int:
                  f"(largest single scenario: {name}, {100 * moved:+.1f}%)")
     console.print(lines[-1])
     if args.results:
-        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        with args.results.open("a") as out:
-            out.write(f"\n## Harness speed and repeatability, {stamp}\n\nDevice: {reports[0].device}  \n"
-                      f"Kernel: {kernel.name} on '{args.scenarios}', speed reference {args.original}  \n"
-                      f"Command: `{command}`\n\n" + "\n".join(lines) + "\n")
+        append_entry(args.results, "Harness speed and repeatability",
+                     [f"Device: {reports[0].device}",
+                      f"Kernel: {kernel.name} on '{args.scenarios}', speed reference {args.original}"], "\n".join(lines))
         console.print(f"appended to {args.results}")
     return 0
 

@@ -23,12 +23,9 @@ import itertools
 import os
 import platform
 import random
-import shlex
 import subprocess
-import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +37,7 @@ from evokernel.harness.remote import connect, detect_gpus
 from evokernel.mutations import Proposal
 from evokernel.search import Search
 from evokernel.store import Store
+from results_entry import append_entry
 
 console = Console()
 _variants = itertools.count(1)
@@ -167,13 +165,10 @@ def main() -> None:
     title = f"search throughput · {args.task} · scenarios '{args.scenarios}'"
     show(frame, title)
     if args.results:
-        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        text = (f"\n## Search throughput, {stamp}\n\nMachine: {machine()}  \nTask: {args.task}, scenarios "
-                f"'{args.scenarios}', trials {args.trials}, speed reference {args.speed_reference}  \nCommand: `{command}`\n\n{markdown(frame)}\n")
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        with args.results.open("a") as out:
-            out.write(text)
+        append_entry(args.results, "Search throughput", [
+            f"Machine: {machine()}",
+            f"Task: {args.task}, scenarios '{args.scenarios}', trials {args.trials}, speed reference {args.speed_reference}",
+        ], markdown(frame))
         console.print(f"appended to {args.results}")
 
 

@@ -64,7 +64,7 @@ def print_check_report(report) -> None:
             console.print(f"  candidate speed relative to {name}: {_fmt(value)}")
     else:
         console.print(f"[bold red]rejected[/]: {report.failure}")
-    phases = ", ".join(f"{name} {value:.1f}" for name, value in report.phase_seconds.items())
+    phases = report.phase_summary()
     console.print(f"[dim]device {report.device} · seed {report.seed} · check {_fmt(report.check_seconds, '.1f')} s"
                   + (f" ({phases})" if phases else f" · build {_fmt(report.build_seconds, '.1f')} s") + "[/]")
 

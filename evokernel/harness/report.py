@@ -54,6 +54,10 @@ class CheckReport:
         self.failure = self.failure or reason
         return self
 
+    def phase_summary(self) -> str:
+        """Where the check's time went, e.g. "build 0.0, worker start 5.2, verification 17.1, timing 11.7"."""
+        return ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.phase_seconds.items())
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
