@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -136,12 +137,18 @@ def test_worker_ends_itself_when_its_parent_is_gone(tmp_path):
     hang = ORIGINAL.replace("if (!p || !p->q", "for (volatile int spin = 1; spin;) {}\n  if (!p || !p->q")
     library = build_checked(hang, TASK, "candidate")[0].library
     original = build_checked(ORIGINAL, TASK, "original")[0].library
-    request = {"backend": "cpu", "candidate": str(library), "original": str(original), "speed_reference": "original",
+    for name, path in (("candidate", library), ("original", original)):
+        shutil.copyfile(path, tmp_path / f"{name}.so")
+    request = {"backend": "cpu", "library": str(tmp_path), "speed_reference": "original",
                "scenarios": [vars(TASK.scenarios("quick")[0])], "seed": 1, "trials": 1, "rounds": 1, "warmup": 0,
                "timing_budget_ms": None, "tolerance": {"factor": 2.0, "floor": 1e-5}, "floors_ms": [0.0],
-               "self_destruct_s": 2}
-    (tmp_path / "request.json").write_text(json.dumps(request))
+               "min_limit_s": 1.0, "self_destruct_s": 2}
+    read_end, write_end = os.pipe()  # the harness channel, which nobody reads here
+    request["channel_fd"] = write_end
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "evokernel.harness.worker", str(tmp_path)], timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "evokernel.harness.worker"], input=json.dumps(request).encode(),
+                          timeout=60, pass_fds=(write_end,))
+    os.close(read_end)
+    os.close(write_end)
     assert proc.returncode == -14  # SIGALRM
     assert time.monotonic() - started < 30

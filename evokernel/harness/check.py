@@ -10,8 +10,9 @@ from pathlib import Path
 from evokernel.errors import BadInput
 from evokernel.harness import guard
 from evokernel.harness.build import BuildResult, build
-from evokernel.harness.report import CheckReport, ScenarioResult, geomean
-from evokernel.harness.sandbox import run_worker
+from evokernel.harness.judge import judge
+from evokernel.harness.report import CheckReport
+from evokernel.harness.sandbox import isolation, run_worker
 from evokernel.harness.tasks import Task, get_task
 
 
@@ -28,8 +29,15 @@ class CheckOptions:
     warmup: int = 2
     keep_going: bool = False  # check every scenario even after one fails
     time_kernels: bool = True
-    timeout_s: float = 600.0
+    timeout_s: float = 600.0  # backstop for the whole check; hangs are caught by the scaled step limits
     compile_timeout_s: float = 180.0
+    memory_limit_gb: float | None = None  # None: half of this machine's memory, at least 4 GiB
+
+    def memory_limit_bytes(self) -> int:
+        if self.memory_limit_gb is not None:
+            return int(self.memory_limit_gb * 2**30)
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return max(4 << 30, physical // 2)
 
 
 def speed_reference_label(speed_reference: str) -> str:
@@ -39,6 +47,10 @@ def speed_reference_label(speed_reference: str) -> str:
 
 DEFAULT_ROUNDS = {"cpu": 7, "cuda": 30}
 TIMING_BUDGET_MS = {"cpu": 400.0, "cuda": 3000.0}  # per scenario; slow kernels get fewer rounds
+# Time limits: until the worker's first message (interpreter, torch, device context), and the least a
+# step may take before the next message (otherwise LIMIT_FACTOR x the original's time on this machine).
+START_LIMIT_S = {"cpu": 60.0, "cuda": 120.0}
+MIN_STEP_LIMIT_S = {"cpu": 10.0, "cuda": 30.0}
 
 
 def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | None, str | None]:
@@ -57,12 +69,10 @@ def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | No
     return result, None
 
 
-def _resolve_speed_reference(task: Task, speed_reference: str) -> str:
-    """Turn the user's speed reference into what the worker loads (a .so path or a baseline name)."""
-    if speed_reference == "original":
-        return "original"
-    if speed_reference in task.library_baselines:
-        return speed_reference
+def _resolve_speed_reference(task: Task, speed_reference: str) -> tuple[str, Path | None]:
+    """What the worker times speedups against: ("original" | a baseline name | "file", the built file)."""
+    if speed_reference == "original" or speed_reference in task.library_baselines:
+        return speed_reference, None
     path = Path(speed_reference)
     if not path.is_file():
         known = ", ".join(["original", *task.library_baselines, "or a kernel file"])
@@ -70,7 +80,7 @@ def _resolve_speed_reference(task: Task, speed_reference: str) -> str:
     result, reason = build_checked(path.read_text(), task, f"speed reference {path}")
     if reason:
         raise BadInput(f"speed reference {path}: {reason}")
-    return str(result.library)
+    return "file", result.library
 
 
 def check_source(source: str, task: Task | str, options: CheckOptions | None = None,
@@ -79,12 +89,12 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     options = options or CheckOptions()
     task = get_task(task) if isinstance(task, str) else task
     scenarios = task.scenarios(options.scenario_set)
-    speed = _resolve_speed_reference(task, options.speed_reference)
+    speed, speed_library = _resolve_speed_reference(task, options.speed_reference)
     if options.baselines and not task.library_baselines:
         raise BadInput(f"--baselines: task {task.name} has no library baselines")
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little")
     report = CheckReport(task=task.name, kernel=kernel_name, scenario_set=options.scenario_set, seed=seed,
-                         speed_reference=options.speed_reference)
+                         speed_reference=options.speed_reference, isolation=isolation().describe())
     started = time.perf_counter()
     candidate, reason = build_checked(source, task, "candidate")
     if candidate:
@@ -95,38 +105,27 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     original, reason = build_checked(task.original.read_text(), task, "the task's original kernel")
     if reason:
         raise RuntimeError(f"{task.name}: {reason}")  # a broken installation, not a bad candidate
+    kernels = {"candidate": candidate.library, "original": original.library}
+    if speed_library is not None:
+        kernels["speed_reference"] = speed_library
     request = {
-        "backend": task.backend, "candidate": str(candidate.library), "original": str(original.library),
-        "speed_reference": speed, "baselines": list(task.library_baselines) if options.baselines else [],
+        "backend": task.backend, "speed_reference": speed,
+        "baselines": list(task.library_baselines) if options.baselines else [],
         "scenarios": [asdict(s) for s in scenarios], "seed": seed, "trials": options.trials,
         "rounds": options.rounds or DEFAULT_ROUNDS[task.backend], "warmup": options.warmup,
         "timing_budget_ms": None if options.rounds else TIMING_BUDGET_MS[task.backend],
         "keep_going": options.keep_going, "time": options.time_kernels,
         "tolerance": {"factor": task.tolerance_factor, "floor": task.tolerance_floor},
-        "floors_ms": [task.roofline_floor_ms(s) for s in scenarios],
+        "floors_ms": [task.roofline_floor_ms(s) for s in scenarios], "min_limit_s": MIN_STEP_LIMIT_S[task.backend],
     }
-    outcome = run_worker(request, options.timeout_s)
+    outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
+                         START_LIMIT_S[task.backend], devices=task.backend == "cuda")
     report.check_seconds = round(time.perf_counter() - started, 3)
-    result = outcome.result or {"scenarios": [], "failure": outcome.failure}
-    report.device = result.get("device")
-    phases = result.get("seconds", {})
+    judge(report, outcome, task, scenarios, request)
+    phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})
     # worker start: process start, runtime import (torch), device context, loading the kernels
     report.phase_seconds = {"build": report.build_seconds or 0.0,
                             "worker start": round(max(0.0, outcome.seconds - sum(phases.values())), 3), **phases}
-    report.scenarios = [ScenarioResult(**entry) for entry in result["scenarios"]]
-    for entry in report.scenarios:
-        if entry.time_ms and entry.original_time_ms:
-            entry.speedup = entry.original_time_ms / entry.time_ms
-    report.suspicious = any(s.suspicious for s in report.scenarios)
-    if result.get("failure"):
-        return report.reject(result["failure"])
-    report.correct = True
-    if options.time_kernels:
-        report.geomean_speedup = geomean([s.speedup for s in report.scenarios])
-        for name in request["baselines"]:
-            report.baseline_geomeans[name] = geomean([
-                s.baselines_ms[name] / s.time_ms for s in report.scenarios
-                if s.baselines_ms.get(name) and s.time_ms])
     return report
 
 

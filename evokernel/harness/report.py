@@ -21,7 +21,7 @@ class ScenarioResult:
     original_time_ms: float | None = None  # median time of the speed reference
     speedup: float | None = None  # original_time_ms / time_ms
     spread: float | None = None  # interquartile range of candidate times / median
-    suspicious: bool = False  # faster than the roofline floor allows
+    suspicious: bool = False  # faster than the roofline floor allows, also when re-timed (then rejected)
     error: str | None = None  # why this scenario failed
     baselines_ms: dict[str, float | None] = field(default_factory=dict)
 
@@ -46,6 +46,7 @@ class CheckReport:
     device: str | None = None
     suspicious: bool = False
     baseline_geomeans: dict[str, float | None] = field(default_factory=dict)
+    isolation: str | None = None  # how the candidate was isolated on this machine, or why it was not
 
     def reject(self, reason: str) -> "CheckReport":
         """Mark the candidate infeasible (keeps the first reason)."""

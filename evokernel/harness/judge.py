@@ -1,0 +1,214 @@
+"""The parent's verdict: a report built from the worker's messages, trusting none of them on their word.
+
+The worker runs candidate code in its own address space, so anything it sends may be forged. The
+parent therefore derives every figure itself and cross-checks what it cannot derive:
+- the inputs of every trial and timed call follow from the seed (it regenerates them, with `values`);
+  sampled output rows of one trial and one timed call per scenario, chosen here after the fact with
+  randomness the worker never sees, are recomputed in float64 and must match;
+- the call numbers, input offsets and round counts must be exactly those the protocol prescribes
+  (a replayed or skipped call is a corrupted report);
+- times are medians of the individual calls, and the difference between the candidate's and the speed
+  reference's reported times must agree with the difference the parent's own clock saw between the
+  arrivals of their messages;
+- a time below the roofline floor must survive a re-timing on fresh inputs, or the kernel is rejected.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import numpy as np
+
+from evokernel.harness import values
+from evokernel.harness.backends import call_offsets, regenerated_rows
+from evokernel.harness.report import CheckReport, ScenarioResult, geomean
+from evokernel.harness.sandbox import WorkerOutcome
+from evokernel.harness.tasks import Scenario, Task
+from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, RETIME_CALL, TRIAL_SCALE, timing_call
+
+ROW_TOLERANCE = {2: (0.02, 0.02), 4: (1e-3, 1e-3)}  # (absolute, relative) by element size: a forgery check
+# How far the reported candidate-minus-reference difference may fall below the one the parent's clock saw:
+# (milliseconds, fraction of the reference's call interval) by backend; a shared CPU host is noisier.
+WALL_SLACK = {"cuda": (0.5, 0.1), "cpu": (2.0, 0.5)}
+
+
+class Refused(Exception):
+    """The parent's own reason to reject the candidate (e.g. a time below the roofline)."""
+
+
+class Forged(Refused):
+    """The worker's report does not hold up against what the parent can check itself."""
+
+
+def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: list[Scenario], request: dict) -> None:
+    """Fill `report` (scenarios, correctness, speedups) from `outcome`."""
+    by_type: dict[str, list] = defaultdict(list)
+    for message in outcome.messages:
+        by_type[message.data["type"]].append(message)
+    report.device = next((m.data.get("device") for m in by_type["hello"]), None)
+    results = [ScenarioResult(name=s.name) for s in scenarios]
+    failure = None
+    for message in by_type["rejected"]:
+        index = _index(message.data, scenarios)
+        results[index].correct, results[index].error = False, str(message.data.get("error"))[:500]
+        failure = failure or f"{scenarios[index].name}: {results[index].error}"
+    for message in by_type["verified"]:
+        index = _index(message.data, scenarios)
+        entry = results[index]
+        if entry.error is None:
+            entry.correct = True
+            for key in ("max_err", "rel_err", "tolerance"):
+                setattr(entry, key, _number(message.data.get(key)))
+    for message in by_type["error"]:
+        failure = failure or str(message.data.get("error"))[:500]
+    if failure is None and outcome.failure is not None:
+        step = outcome.last_step()
+        failure = outcome.failure + (f" during {step}" if step else "")
+    if failure is None and not by_type["done"]:
+        failure = "the worker ended without finishing its report (exited or killed itself)"
+    if failure is None and len([r for r in results if r.correct]) != len(scenarios):
+        failure = "the worker's report leaves scenarios unverified"
+    if failure is None:
+        try:
+            _cross_check(results, by_type, task, scenarios, request)
+        except Forged as exc:
+            failure = f"the harness's cross-check failed: {exc}"
+        except Refused as exc:
+            failure = str(exc)
+    report.scenarios = results if failure is None else [r for r in results if r.correct or r.error]
+    report.suspicious = any(r.suspicious for r in results)
+    if failure:
+        report.reject(failure)
+        return
+    report.correct = True
+    if request["time"]:
+        report.geomean_speedup = geomean([s.speedup for s in results])
+        for name in request["baselines"]:
+            report.baseline_geomeans[name] = geomean([
+                s.baselines_ms[name] / s.time_ms for s in results if s.baselines_ms.get(name) and s.time_ms])
+
+
+def _index(data: dict, scenarios: list[Scenario]) -> int:
+    index = data.get("index")
+    if not isinstance(index, int) or not 0 <= index < len(scenarios):
+        raise Forged(f"a message names scenario {index!r}")
+    return index
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _rows_match(claimed, reference: np.ndarray, element_size: int) -> bool:
+    try:
+        rows = np.asarray(claimed, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    if rows.shape != reference.shape or not np.all(np.isfinite(rows)):
+        return False
+    absolute, relative = ROW_TOLERANCE[element_size]
+    return bool(np.all(np.abs(rows - reference) <= absolute + relative * np.abs(reference)))
+
+
+def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scenarios: list[Scenario],
+                 request: dict) -> None:
+    chooser = random.SystemRandom()  # the worker cannot know which messages are checked
+    bfloat16 = task.element_size == 2
+    seed = request["seed"]
+    trials = defaultdict(list)
+    for message in by_type["trial"]:
+        trials[_index(message.data, scenarios)].append(message.data)
+    calls = defaultdict(list)
+    for message in by_type["call"] + by_type["full-check"]:
+        calls[_index(message.data, scenarios)].append(message)
+    for index, scenario in enumerate(scenarios):
+        got = trials[index]
+        if sorted(t.get("call") for t in got) != list(range(request["trials"])):
+            raise Forged(f"{scenario.name}: trials {[t.get('call') for t in got]} reported")
+        trial = chooser.choice(got)
+        call = trial["call"]
+        rows, reference, _, _ = regenerated_rows(scenario, values.mix(seed, index, call),
+                                                 values.DISTRIBUTIONS[call % 2],
+                                                 scenario.scale * TRIAL_SCALE[call % 3], (0, 0, 0), bfloat16)
+        if not _rows_match(trial.get("rows"), reference, task.element_size):
+            raise Forged(f"{scenario.name}: output rows {rows} of verification trial {call + 1} do not match the "
+                         "parent's own reference")
+        if request["time"]:
+            _check_timing(results[index], scenario, index, calls[index], task, request, chooser)
+
+
+def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messages: list, task: Task,
+                  request: dict, chooser: random.Random) -> None:
+    messages = sorted(messages, key=lambda m: m.arrived)
+    retimed = [m for m in messages if isinstance(m.data.get("call"), int) and m.data["call"] >= RETIME_CALL]
+    sequence = retimed or [m for m in messages if m not in retimed]  # calls and full-check markers, in order
+    batch = [m for m in sequence if m.data["type"] == "call"]
+    if len(sequence) - len(batch) > FULL_CHECKS_PER_SCENARIO:
+        raise Forged(f"{scenario.name}: {len(sequence) - len(batch)} full checks reported")
+    kernels = list(dict.fromkeys(m.data.get("kernel") for m in batch))
+    if not batch or kernels[0] != "candidate":
+        raise Forged(f"{scenario.name}: no timed calls of the candidate reported")
+    rounds = len(batch) // len(kernels)
+    if rounds < min(5, request["rounds"]) or rounds > request["rounds"] or rounds * len(kernels) != len(batch):
+        raise Forged(f"{scenario.name}: {len(batch)} timed calls of {len(kernels)} kernels reported")
+    base_seed = values.mix(request["seed"], index, RETIME_CALL - 1 if retimed else 999)
+    offsets = call_offsets(scenario, base_seed, len(batch))
+    for message in batch:
+        data = message.data
+        kernel_index = kernels.index(data.get("kernel"))
+        round_index = (data.get("call", -1) - timing_call(0, kernel_index, bool(retimed))) // 16
+        expected = timing_call(round_index, kernel_index, bool(retimed))
+        if not 0 <= round_index < rounds or data.get("call") != expected or \
+                list(data.get("offsets") or []) != list(offsets[round_index * len(kernels) + kernel_index]) or \
+                not isinstance(data.get("ms"), (int, float)) or not data["ms"] > 0:
+            raise Forged(f"{scenario.name}: timed call {data.get('call')!r} does not follow the protocol")
+    candidate_calls = [m.data for m in batch if m.data["kernel"] == "candidate"]
+    if len({c["call"] for c in candidate_calls}) != rounds:
+        raise Forged(f"{scenario.name}: timed calls repeated")
+    sample = chooser.choice(candidate_calls)
+    rows, reference, _, _ = regenerated_rows(scenario, base_seed, "normal", scenario.scale, tuple(sample["offsets"]),
+                                             task.element_size == 2)
+    if not _rows_match(sample.get("rows"), reference, task.element_size):
+        raise Forged(f"{scenario.name}: output rows {rows} of a timed call do not match the parent's own reference")
+    times = {k: [m.data["ms"] for m in batch if m.data["kernel"] == k] for k in kernels}
+    _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend])
+    result.time_ms = float(np.median(times["candidate"]))
+    result.original_time_ms = float(np.median(times["reference"])) if "reference" in times else None
+    q1, q3 = np.percentile(times["candidate"], [25, 75])
+    result.spread = float((q3 - q1) / result.time_ms)
+    result.baselines_ms = {name: (float(np.median(times[name])) if name in times else None)
+                           for name in request["baselines"]}
+    if result.time_ms and result.original_time_ms:
+        result.speedup = result.original_time_ms / result.time_ms
+    floor = request["floors_ms"][index]
+    if result.time_ms < floor:
+        result.suspicious, result.correct = True, False
+        result.error = (f"faster than the roofline allows ({result.time_ms:.4g} ms against a floor of {floor:.4g} ms"
+                        f"{', also when re-timed on fresh inputs' if retimed else ''})")
+        raise Refused(f"{scenario.name}: {result.error}")
+
+
+def _check_wall_clock(scenario: Scenario, sequence: list, times: dict[str, list[float]],
+                      slack: tuple[float, float]) -> None:
+    """The reported difference between candidate and reference must match what the parent's clock saw:
+    each call's message arrives one call (plus the same per-call overhead for every kernel) after the
+    message before it (a full check ends with its own message, so its time is in no call's interval)."""
+    if "reference" not in times:
+        return
+    wall: dict[str, list[float]] = defaultdict(list)
+    for previous, message in zip(sequence, sequence[1:]):
+        if message.data["type"] == "call":
+            wall[message.data["kernel"]].append((message.arrived - previous.arrived) * 1e3)
+    if not wall["candidate"] or not wall["reference"]:
+        return
+    wall_c, wall_r = float(np.median(wall["candidate"])), float(np.median(wall["reference"]))
+    event_c, event_r = float(np.median(times["candidate"])), float(np.median(times["reference"]))
+    for kernel, event, elapsed in (("candidate", event_c, wall_c), ("reference", event_r, wall_r)):
+        if event > 1.1 * elapsed + 0.2:  # a call cannot take longer than the interval that holds it
+            raise Forged(f"{scenario.name}: the {kernel}'s reported time {event:.4g} ms exceeds the {elapsed:.4g} ms "
+                         "of wall time its calls took")
+    if (wall_c - wall_r) - (event_c - event_r) > slack[0] + slack[1] * wall_r:
+        raise Forged(f"{scenario.name}: reported times the wall clock cannot support (candidate {event_c:.4g} ms "
+                     f"and reference {event_r:.4g} ms reported; calls took {wall_c:.4g} and {wall_r:.4g} ms "
+                     "of wall time)")
