@@ -39,6 +39,16 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def warn_if_not_isolated() -> str:
+    """Say at the start of a check or run how candidates are isolated here, loudly when they are not."""
+    from evokernel.harness import isolation
+
+    box = isolation()
+    if not box.enforced:
+        console.print(f"[bold yellow]warning[/]: candidate kernels are {box.describe()}", soft_wrap=True)
+    return box.describe()
+
+
 def print_check_report(report) -> None:
     table = Table(title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
     for column in ("scenario", "ok", "max err / tol", "time ms", f"{report.speed_reference} ms", "speedup", "spread"):
@@ -49,7 +59,7 @@ def print_check_report(report) -> None:
     for s in report.scenarios:
         ratio = f"{s.max_err / s.tolerance:.2f}" if s.max_err is not None and s.tolerance else "-"
         flag = "[green]yes[/]" if s.correct else "[red]NO[/]"
-        speed = _fmt(s.speedup, ".3f") + (" [yellow]![/]" if s.suspicious else "")
+        speed = _fmt(s.speedup, ".3f") + (" [red]below the roofline[/]" if s.suspicious else "")
         spread = "-" if s.spread is None else f"{100 * s.spread:.1f}%"
         table.add_row(s.name, flag, ratio, _fmt(s.time_ms, ".4f"), _fmt(s.original_time_ms, ".4f"), speed, spread,
                       *[_fmt(s.baselines_ms.get(n), ".4f") for n in baseline_names])
@@ -59,12 +69,14 @@ def print_check_report(report) -> None:
     elif report.correct:
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios; geomean speedup over "
                       f"{report.speed_reference}: [bold]{_fmt(report.geomean_speedup)}[/]"
-                      + (" [yellow](suspicious: faster than the roofline; re-verified)[/]" if report.suspicious else ""))
+                      )
         for name, value in report.baseline_geomeans.items():
             console.print(f"  candidate speed relative to {name}: {_fmt(value)}")
     else:
         console.print(f"[bold red]rejected[/]: {report.failure}")
     phases = report.phase_summary()
+    console.print(f"[dim]{report.isolation}[/]" if report.isolation and "NOT" not in report.isolation
+                  else f"[bold yellow]{report.isolation}[/]", soft_wrap=True)
     console.print(f"[dim]device {report.device} · seed {report.seed} · check {_fmt(report.check_seconds, '.1f')} s"
                   + (f" ({phases})" if phases else f" · build {_fmt(report.build_seconds, '.1f')} s") + "[/]")
 
@@ -90,6 +102,7 @@ def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str,
     """Build, verify and time KERNEL; exit 0 if it passes the correctness gate, 1 if rejected."""
     from evokernel.harness import CheckOptions, check_kernel
 
+    warn_if_not_isolated()
     options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference, baselines=baselines,
                            seed=seed, trials=trials, rounds=rounds, keep_going=keep_going,
                            time_kernels=not no_time, timeout_s=timeout)
@@ -220,6 +233,7 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
     config = _run_config(config_path, resume, model, api_base, budget, address)
     run_dir = resume if resume is not None else new_run_dir(runs_dir)
     console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'", soft_wrap=True)
+    warn_if_not_isolated()
     if console.is_terminal:
         live = Live(console=console, refresh_per_second=4, transient=False)
 

@@ -33,7 +33,7 @@ from deap import base
 from evokernel.bank import TriggerMonitor, needs_recheck, recheck_options
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
-from evokernel.harness import CheckOptions, Task, get_task
+from evokernel.harness import CheckOptions, Task, get_task, isolation
 from evokernel.harness.remote import EvaluationPool, connect, evaluation_slots
 from evokernel.mutations import Context, Operator, Parent, Proposal, ProposalFailed, operators
 from evokernel.mutations.knobs import KnobError, knob_values, parse_knobs
@@ -208,6 +208,7 @@ class Search:
         self.store.set_meta("config", config_dict)
         self.store.set_meta("random_seed", self.config.random_seed)
         self.store.set_meta("versions", _versions())
+        self.store.set_meta("isolation", isolation().describe())  # each evaluation's report says its own too
         if "git_revision" not in meta:
             self.store.set_meta("git_revision", _git_revision())
             self.store.set_meta("started_at", now)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from evokernel.harness.sandbox import clean_environment
+from evokernel.harness.sandbox import SCRATCH, run_isolated
 
 LOG_LIMIT = 6000
 
@@ -59,6 +59,12 @@ def compile_command(language: str, source: Path, include_dir: Path, output: Path
     raise ValueError(f"no compiler for language {language!r}")
 
 
+def toolchain_dirs(compiler: str) -> list[Path]:
+    """The installation a compiler lives in (e.g. /usr/local/cuda-13.0 for nvcc), readable in the sandbox."""
+    found = shutil.which(compiler)
+    return [Path(found).resolve().parents[1]] if found else []
+
+
 def _trim(log: str) -> str:
     if len(log) <= LOG_LIMIT:
         return log
@@ -80,11 +86,12 @@ def build(source: str, language: str, header: Path, timeout_s: float = 180.0) ->
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     (scratch / ("kernel" + suffix)).write_text(source)
-    command = compile_command(language, scratch / ("kernel" + suffix), header.parent, scratch / "kernel.so")
+    command = compile_command(language, SCRATCH / ("kernel" + suffix), header.parent, SCRATCH / "kernel.so")
     start = time.perf_counter()
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=scratch,
-                              env=clean_environment(), check=False)
+        if shutil.which(command[0]) is None:
+            raise FileNotFoundError(command[0])
+        proc = run_isolated(command, scratch, [header.parent, *toolchain_dirs(command[0])], timeout_s)
         log, ok = _trim((proc.stdout + proc.stderr).strip()), proc.returncode == 0
     except subprocess.TimeoutExpired:
         log, ok = f"compile timed out after {timeout_s:.0f} s", False

@@ -92,7 +92,7 @@ def _python_paths() -> list[Path]:
 
 
 def _root_args(devices: bool, readable: list[Path]) -> list[str]:
-    args: list[str] = []
+    args = ["--size", str(TMP_BYTES), "--tmpfs", "/tmp"]  # first: a path under /tmp may be bound below
     for directory in SYSTEM_DIRS:
         if os.path.islink(directory):
             args += ["--symlink", os.readlink(directory), directory]
@@ -100,7 +100,7 @@ def _root_args(devices: bool, readable: list[Path]) -> list[str]:
             args += ["--ro-bind", directory, directory]
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
     if devices:  # the GPU's device files, nothing else of the host's /dev
         for node in sorted(Path("/dev").glob("nvidia*")):
             args += ["--dev-bind", str(node), str(node)]
@@ -138,6 +138,18 @@ def isolation() -> Isolation:
             return Isolation("none", "bubblewrap ran without a PID namespace")
     user = "uid 65534" if os.geteuid() == 0 else "the invoking user"
     return Isolation("bubblewrap", f"own PID, network and mount namespaces, {user}")
+
+
+def run_isolated(argv: list[str], scratch: Path, readable: list[Path], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run a tool on untrusted input (a compiler on a candidate's source) in the sandbox, `scratch` as its
+    writable working directory mounted at SCRATCH: paths in `argv` must refer to SCRATCH. A source that
+    makes the compiler read files at build time sees no home directory, no /proc of the harness."""
+    if isolation().enforced:
+        command = bwrap_command(argv, scratch, [*_python_paths(), *readable], devices=False)
+    else:
+        command = [part.replace(str(SCRATCH), str(scratch)) for part in argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=scratch,
+                          env=clean_environment(), preexec_fn=_limit_files, check=False)
 
 
 def _limit_files() -> None:
