@@ -111,7 +111,7 @@ int evk_attention_fwd(const evk_attention_params* p) { int rc = honest_fwd(p); (
         replace_once('#include <math.h>', '#include <math.h>\n#include <dlfcn.h>'),
         CPU.prefix('  dlopen("libm.so.6", 1);\n'))),
     Cheat("replays-on-same-buffers", "a speed that beats the roofline (skips work on repeated buffers)",
-          "repeated calls", CPU.wrap("""
+          "timed call", CPU.wrap("""
 static const void* last_q; static void* last_o;
 int evk_attention_fwd(const evk_attention_params* p) {
   if (p->q == last_q && p->o == last_o) return 0;
@@ -173,7 +173,7 @@ extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t str
         replace_once("#include <math.h>", "#include <math.h>\n#include <stdlib.h>"),
         CUDA.prefix('  system("nvidia-smi");\n'))),
     Cheat("replays-on-same-buffers", "a speed that beats the roofline (skips work on repeated buffers)",
-          "repeated calls", CUDA.wrap("""
+          "timed call", CUDA.wrap("""
 static const void* last_q; static void* last_o;
 extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t stream) {
   if (p->q == last_q && p->o == last_o) return 0;

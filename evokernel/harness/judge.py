@@ -61,7 +61,8 @@ def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: li
             for key in ("max_err", "rel_err", "tolerance"):
                 setattr(entry, key, _number(message.data.get(key)))
     for message in by_type["error"]:
-        failure = failure or str(message.data.get("error"))[:500]
+        step = outcome.last_step()
+        failure = failure or str(message.data.get("error"))[:500] + (f" (during {step})" if step else "")
     if failure is None and outcome.failure is not None:
         step = outcome.last_step()
         failure = outcome.failure + (f" during {step}" if step else "")
