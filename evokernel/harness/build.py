@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import time
@@ -48,10 +49,26 @@ def cuda_arch_flags() -> tuple[str, ...]:
     return (f"-gencode=arch=compute_{arch},code=sm_{arch}",)
 
 
+def cuda_library_dirs() -> list[str]:
+    """The CUDA toolkit's library folders, found from where `nvcc` is (none when it is missing)."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        return []
+    root = Path(nvcc).resolve().parent.parent
+    machine = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}.get(platform.machine(), platform.machine() + "-linux")
+    targets = root / "targets" / machine / "lib"
+    return [str(root / "lib64"), *([str(targets)] if targets.is_dir() else [])]
+
+
 def compile_command(language: str, source: Path, include_dir: Path, output: Path) -> list[str]:
     if language == "cuda":
+        # The shared runtime, so that the object's undefined symbols are the kernel's own imports
+        # (guard.check_shared_object reads them; the static runtime brings dlopen, open...), and an
+        # rpath to the toolkit's runtime so that the object loads without LD_LIBRARY_PATH.
+        rpath = [arg for folder in cuda_library_dirs() for arg in ("-Xlinker", f"-rpath={folder}")]
         return ["nvcc", "-O3", "-std=c++17", *cuda_arch_flags(), "-Xptxas", "-v", "-lineinfo",
-                "-shared", "-Xcompiler", "-fPIC", "-I", str(include_dir), "-o", str(output), str(source)]
+                "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", *rpath,
+                "-I", str(include_dir), "-o", str(output), str(source)]
     if language == "c":
         compiler = os.environ.get("CC", "gcc")
         return [compiler, "-O3", "-march=native", "-fopenmp", "-std=c11", "-shared", "-fPIC", "-Wall",
