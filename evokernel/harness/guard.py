@@ -1,15 +1,27 @@
-"""Static guard: reject candidates that include or call what a task forbids, before building them.
+"""Static guard: a cheap first filter on a candidate's source, and the import check on what it builds.
 
 Candidates are single self-contained files: the task's ABI header and a short list of system
 headers may be included; libraries (CUTLASS, CuTe, cuBLAS, cuDNN), dynamic loading, processes,
 sockets, threads that outlive the call, file I/O and the environment are out.
+
+`check_source` refuses, with a one-line reason naming the line, what is plainly out: headers not
+on the list, includes through macros, unknown directives and pragmas, assembler directives that read
+files, symbols renamed with asm labels, and calls of forbidden functions by name. Every pattern runs
+in time linear in the size of the source, and sources over `MAX_SOURCE_BYTES` are refused unread.
+A determined author can still hide a call from a word scan (token pasting, say), so the real
+enforcement is `check_shared_object`: the built object's undefined dynamic symbols, for C and CUDA
+alike.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
+
+MAX_SOURCE_BYTES = 512 * 1024
 
 ALLOWED_INCLUDES = {
     "cuda": {
@@ -25,66 +37,419 @@ ALLOWED_INCLUDES = {
     },
 }
 
+ALLOWED_DIRECTIVES = {
+    "", "define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
+    "include", "pragma", "error", "warning", "line",
+}
+
+# Pragmas that only steer code generation; any other (comment(lib), GCC dependency, push_options...) is out.
+ALLOWED_PRAGMA_RE = re.compile(
+    r"[ \t\f\v]+(?:once|unroll|nounroll|omp|GCC[ \t\f\v]+(?:ivdep|unroll)|nv_diag_suppress|diag_suppress)\b")
+
 # Word-level patterns with the reason given back to the author of the kernel.
 FORBIDDEN_CALLS = [
     (r"\b(cutlass|cute|cublas\w*|cudnn\w*|cublasLt\w*|cufft\w*|curand\w*)\b", "uses a forbidden library"),
-    (r"\b(dlopen|dlsym|dlmopen)\b", "loads code at run time"),
-    (r"\b(system|popen|fork|vfork|execl|execle|execlp|execv|execve|execvp|posix_spawn|syscall)\s*\(",
+    (r"\b(dlopen|dlsym|dlmopen|dlvsym)\b", "loads code at run time"),
+    (r"\b(system|popen|fork|vfork|execl|execle|execlp|execv|execve|execvp|execvpe|fexecve|posix_spawnp?"
+     r"|syscall|ptrace|kill)\s*\(",
      "starts processes or makes system calls"),
     (r"\b(socket|connect|bind|listen|accept|gethostbyname|getaddrinfo)\s*\(", "opens network connections"),
-    (r"\b(fopen|freopen|open|openat|creat|fwrite|unlink|remove|rename|mmap)\s*\(", "does file I/O"),
+    (r"\b(fopen|fopen64|freopen|open|open64|openat|openat64|creat|creat64|fwrite|unlink|unlinkat|remove|rename"
+     r"|mmap|mmap64|mprotect|memfd_create|shm_open|chdir)\s*\(", "does file I/O"),
     (r"\b(FILE|ifstream|ofstream|fstream)\b", "does file I/O"),
-    (r"\b(getenv|setenv|putenv|environ)\b", "reads or changes the environment"),
-    (r"\b(pthread_create|thrd_create|std::thread|std::async)\b", "starts threads that outlive the call"),
+    (r"\b(getenv|secure_getenv|setenv|unsetenv|putenv|clearenv|environ|__environ)\b",
+     "reads or changes the environment"),
+    (r"\b(pthread_create|thrd_create|std::thread|std::jthread|std::async)\b", "starts threads that outlive the call"),
     (r"\b(cudaStreamCreate\w*|cudaStreamPerThread|cudaDeviceSynchronize|cudaStreamSynchronize|cudaDeviceReset)\b",
      "uses streams or synchronisation other than the harness's stream"),
     (r"\b(cudaMallocManaged|cudaHostAlloc|cudaMallocHost|cudaSetDevice|cudaDeviceSetLimit)\b",
      "changes device state or allocates managed/host memory"),
 ]
 
-# Undefined dynamic symbols that no C candidate may import (checked on the built shared object).
-FORBIDDEN_SYMBOLS = {
-    "system", "popen", "fork", "vfork", "execv", "execve", "execvp", "execl", "execlp", "dlopen",
-    "dlsym", "socket", "connect", "fopen", "fopen64", "open", "open64", "openat", "creat", "unlink",
-    "getenv", "pthread_create", "syscall", "mmap", "mmap64", "ptrace", "kill",
-}
+# Undefined dynamic symbols that no candidate may import (checked on the built shared object). A name
+# matches with leading underscores, a __libc_/_IO_ prefix, a 64 suffix and a fortify (_2, _chk) suffix.
+_LIBC_BASES = "|".join([
+    # files
+    r"open|openat2?|creat|fopen|freopen|opendir|name_to_handle_at|open_by_handle_at|tmpfile|mkstemps?|mkostemps?",
+    r"unlink(?:at)?|rename(?:at2?)?|remove|rmdir|mkdir(?:at)?|s?link(?:at)?|symlink(?:at)?|truncate|chdir|fchdir"
+    r"|chroot|chmod|chown",
+    # processes and system calls
+    r"f?exec(?:l|le|lp|v|ve|vp|vpe|veat)|posix_spawnp?|fork|_Fork|vfork|clone[23]?|system|popen|syscall|ptrace",
+    r"kill|tkill|tgkill|killpg|prctl|arch_prctl|process_vm_(?:readv|writev)",
+    r"sigaction|signal|timer_create|setitimer|alarm",
+    # dynamic loading
+    r"dl(?:open|sym|mopen|vsym|info|addr1?)(?:_mode)?|dl_iterate_phdr",
+    # network
+    r"socket(?:pair)?|connect|bind|listen|accept4?|send(?:to|msg|mmsg|file)?|recv(?:from|msg|mmsg)?"
+    r"|getaddrinfo|gethostbyname2?(?:_r)?",
+    # environment
+    r"(?:secure_)?getenv|setenv|unsetenv|putenv|clearenv|environ",
+    # threads that outlive the call
+    r"pthread_create|thrd_create",
+    # memory mapping
+    r"mmap|mremap|mprotect|pkey_mprotect|memfd_create|shm_open",
+])
+FORBIDDEN_SYMBOL_RE = re.compile(
+    rf"_*(?:libc_|IO_)?(?:new_)?(?:{_LIBC_BASES})(?:64)?(?:_2|_chk)?"
+    # the CUDA runtime calls the source guard forbids (per-thread default stream variants too)
+    r"|(?:cudaStreamCreate(?:WithFlags|WithPriority)?|cudaDeviceSynchronize|cudaStreamSynchronize|cudaDeviceReset"
+    r"|cudaMallocManaged|cudaHostAlloc|cudaMallocHost|cudaSetDevice|cudaDeviceSetLimit)(?:_v\d+)?(?:_pt[sd]z?)?"
+    # C++: std::thread (and std::async through it), file streams, std::filesystem
+    r"|_ZNSt6thread\w*|_ZNSt\d+basic_(?:i|o)?fstream\w*|_ZNSt\d+basic_filebuf\w*open\w*|_ZNSt\d*filesystem\w*"
+    r"|_ZNSt7__cxx1110filesystem\w*")
 
-INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+def forbidden_import(symbol: str) -> bool:
+    """Whether a built object may not import `symbol` (a name from `nm`, version suffix allowed)."""
+    return FORBIDDEN_SYMBOL_RE.fullmatch(symbol.split("@")[0]) is not None
 
 
-def _strip_comments_and_strings(source: str) -> str:
-    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
-    source = re.sub(r"//[^\n]*", " ", source)
-    return re.sub(r'"(\\.|[^"\\\n])*"', '""', source)
+# --- lexing: splice lines, blank comments and literals, keep a map back to the author's lines ---
+#
+# Linear time: no pattern starts with an optional part, a look-behind or \b (Python then tries every
+# position at full cost; word boundaries are checked on the few hits instead), no pattern can span
+# newlines at a line start (^\s* made the old scan quadratic), and every alternative that may be left
+# unterminated ends at the end of the line or the input, so no text is scanned from two starts.
+
+_SPLICE_RE = re.compile(r"\\[ \t\f\v]*\n")
+_TRIGRAPH_RE = re.compile(r"\?\?[=/'()!<>\-]")
+_STRING_RE = re.compile(r'"(?:[^"\\\n]|\\.)*(?:"|(?=\n)|\\?\Z)')
+_CHAR_RE = re.compile(r"'(?:[^'\\\n]|\\.)*(?:'|(?=\n)|\\?\Z)")
+_COMMENT = r"(?://[^\n]*|/\*.*?(?:\*/|\Z))"
+_COMMENT_RE = re.compile(_COMMENT, re.DOTALL)
+# a run of comments and the blanks between them, replaced at once (a file of comment lines is one run)
+_COMMENT_RUN_RE = re.compile(rf"{_COMMENT}(?:[ \t\n\f\v]*{_COMMENT})*", re.DOTALL)
+_RAW_RE = re.compile(r'(?:u8|[uUL])?R"(?P<delim>[^()\\ \t\f\v\n"]{0,16})\((?P<body>.*?)(?:\)(?P=delim)"|\Z)', re.DOTALL)
+_RAW_PREFIXES = ("u8R", "uR", "UR", "LR", "R")
+_NUMBER_RE = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|'[\w$]|[\w$.])*")  # a C++ pp-number: 1'000 is one
+# where a token that the lexer must see may start (C++ adds numbers, for their digit separators)
+_CANDIDATE_RE = {"c": re.compile(r"""[/"']"""), "cuda": re.compile(r"""[/"'\d]|\.\d""")}
+_WORD_RUN_RE = re.compile(r"[\w$]*")
+_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]+|[0-7]{1,3}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b"}
+
+
+def _unescape(match: re.Match) -> str:
+    body = match.group(1)
+    if body[0] in "xuU" and len(body) > 1:
+        return chr(min(int(body[1:], 16), 0x10FFFF))
+    if body[0] in "01234567":
+        return chr(int(body, 8))
+    return _SIMPLE_ESCAPES.get(body, body)
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char in "_$"
+
+
+@dataclass
+class _Lexed:
+    """The source as the compiler's later phases see it: lines spliced, each comment one space,
+    each string literal `""` (its text kept aside, by position), each character literal `''`."""
+
+    code: str
+    literals: dict[int, str] = field(default_factory=dict)  # position of `""` in code -> the literal's text
+    out_marks: list[int] = field(default_factory=list)  # checkpoints: a position in code ...
+    text_marks: list[int] = field(default_factory=list)  # ... and the same place in the spliced text
+    text: str = ""  # the source with lines spliced
+    splices: list[int] = field(default_factory=list)  # positions in `text` where a line was joined
+
+    def line(self, position: int) -> int:
+        """The author's line number of a position in `code` (O(n): call it for the reason only)."""
+        i = bisect.bisect_right(self.out_marks, position) - 1
+        at = self.text_marks[i] + (position - self.out_marks[i]) if i >= 0 else position
+        return self.text.count("\n", 0, at) + bisect.bisect_right(self.splices, at) + 1
+
+
+def _lex(source: str, language: str) -> _Lexed:
+    source = source.replace("\r\n", "\n").replace("\r", "\n")
+    splices, pieces, start, joined = [], [], 0, 0
+    for match in _SPLICE_RE.finditer(source):
+        pieces.append(source[start:match.start()])
+        joined += match.start() - start
+        splices.append(joined)
+        start = match.end()
+    pieces.append(source[start:])
+    text = "".join(pieces)
+    lexed = _Lexed("", text=text, splices=splices)
+    candidates, out, length, last, position = _CANDIDATE_RE[language], [], 0, 0, 0
+    while match := candidates.search(text, position):
+        at, char = match.start(), match.group()[0]
+        glued = at > 0 and _is_word_char(text[at - 1])
+        replacement = literal = None
+        if char == "/":
+            token = _COMMENT_RUN_RE.match(text, at)
+            if token:
+                replacement = _COMMENT_RE.sub(" ", token.group())  # keeps the newlines between comments
+        elif char == '"':
+            prefix = next((p for p in _RAW_PREFIXES if language == "cuda" and text.endswith(p, 0, at)
+                           and (at == len(p) or not _is_word_char(text[at - len(p) - 1]))), None)
+            token = _RAW_RE.match(text, at - len(prefix)) if prefix else None
+            if token:
+                at, literal, replacement = token.start(), token.group("body"), 'R""'  # no header name, no label
+            else:
+                token = _STRING_RE.match(text, at)
+                literal, replacement = _ESCAPE_RE.sub(_unescape, token.group()[1:].removesuffix('"')), '""'
+        elif char == "'":
+            token, replacement = _CHAR_RE.match(text, at), "''"
+        else:  # a C++ number, or digits inside an identifier (x1'a' is x1 then 'a')
+            token = (_WORD_RUN_RE if glued else _NUMBER_RE).match(text, at)
+        if replacement is None:
+            position = max(token.end(), at + 1) if token else at + 1
+            continue
+        out.append(text[last:at])
+        length += at - last
+        if literal is not None:
+            lexed.literals[length + len(replacement) - 2] = literal
+        out.append(replacement)
+        length += len(replacement)
+        lexed.out_marks.append(length)
+        lexed.text_marks.append(token.end())
+        last = position = token.end()
+    out.append(text[last:])
+    lexed.code = "".join(out)
+    return lexed
+
+
+def _search_word(pattern: re.Pattern, code: str, start: int = 0) -> re.Match | None:
+    """The first match of `pattern` that starts a word (the pattern itself has no leading \b)."""
+    while True:
+        match = pattern.search(code, start)
+        if not match or match.start() == 0 or not _is_word_char(code[match.start() - 1]):
+            return match
+        start = match.start() + 1
+
+
+def _word_pattern(pattern: str) -> re.Pattern:
+    return re.compile(pattern.removeprefix(r"\b"))
+
+
+# --- the source guard ---
+
+# a directive: '#' (or '%:') first on its line, after blanks
+_DIRECTIVE_RE = re.compile(r"\n[ \t\f\v]*(?:#|%:)[ \t\f\v]*(?P<name>\w*)")
+_INCLUDE_NAME_RE = re.compile(r'[ \t\f\v]*(?:<(?P<angle>[^>\n]*)>|(?P<quote>""))')
+_PROBE_RE = _word_pattern(r"\b(_Pragma|__pragma|__has_include_next|__has_include|__has_embed)\b")
+_ASM_FILE_RE = re.compile(r"\.(incbin|include)\b", re.IGNORECASE)
+# asm( followed by literals (and macro names) only: a label, or a basic asm statement; the context decides
+_ASM_LABEL_RE = _word_pattern(r'\b(?:__asm__|__asm|asm)[ \t\n\f\v]*\((?P<args>[\w \t\n\f\v"]*)\)')
+_RENAME_ATTRIBUTE_RE = re.compile(r"(alias|weakref|symver)_*[ \t\n\f\v]*\([ \t\n\f\v]*\"\"")
+_STATEMENT_WORDS = {"else", "do", "__extension__", "return"}
+_CONDITION_WORDS = {"if", "while", "for", "switch"}
+_ATTRIBUTE_WORDS = {"__attribute__", "__attribute", "__declspec", "alignas", "_Alignas"}
+_MACRO_DEFINITION_RE = re.compile(r"[ \t\f\v]*(?:#|%:)[ \t\f\v]*define[ \t\f\v]+[\w$]+[ \t\f\v]*\Z")
+_FORBIDDEN_CALLS = [(_word_pattern(pattern), reason) for pattern, reason in FORBIDDEN_CALLS]
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MB" if n >= 1024 * 1024 else f"{n / 1024:.1f} KB"
+
+
+def _show(text: str) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_source(source: str, language: str, abi_header: str) -> str | None:
-    """Return the reason the source is refused, or None when it may be built."""
-    for name in INCLUDE_RE.findall(source):
-        if name != abi_header and name not in ALLOWED_INCLUDES[language]:
-            return f"static guard: #include <{name}> is not allowed (only the ABI header and standard headers)"
-    code = _strip_comments_and_strings(source)
-    if re.search(r"^\s*#\s*pragma\s+comment\s*\(\s*lib", code, re.MULTILINE):
-        return "static guard: links a library (#pragma comment(lib))"
-    for pattern, reason in FORBIDDEN_CALLS:
-        match = re.search(pattern, code)
-        if match:
-            line = code.count("\n", 0, match.start()) + 1
-            return f"static guard: {reason} ('{match.group(0).strip('( ')}' at line {line})"
-    if "evk_attention_fwd" not in code:
-        return "static guard: the entry point evk_attention_fwd is not defined"
+    """Return the reason the source is refused (one line), or None when it may be built."""
+    size = len(source.encode("utf-8", "surrogatepass"))
+    if size > MAX_SOURCE_BYTES:
+        limit = _size(MAX_SOURCE_BYTES).replace(".0 ", " ")
+        return f"static guard: the kernel is {_size(size)}; the limit is {limit}"
+    trigraph = _TRIGRAPH_RE.search(source)
+    if trigraph:
+        line = source.count("\n", 0, trigraph.start()) + 1
+        return f"static guard: uses a trigraph ('{trigraph.group()}' at line {line})"
+    lexed = _lex(source, language)
+    return (_check_directives(lexed, language, abi_header) or _check_probes(lexed) or _check_asm_files(lexed)
+            or _check_asm_labels(lexed) or _check_forbidden_words(lexed)
+            or (None if "evk_attention_fwd" in lexed.code
+                else "static guard: the entry point evk_attention_fwd is not defined"))
+
+
+def _rest_of_line(lexed: _Lexed, start: int) -> str:
+    """The code from `start` to the end of its line, with its string literals written back."""
+    code = lexed.code
+    end = code.find("\n", start)
+    end = len(code) if end < 0 else end
+    pieces, last = [], start
+    for match in re.finditer('""', code[start:end]):
+        literal = lexed.literals.get(start + match.start())
+        if literal is not None:
+            pieces += [code[last:start + match.start()], '"', literal, '"']
+            last = start + match.end()
+    return " ".join(("".join(pieces) + code[last:end]).split())
+
+
+def _check_directives(lexed: _Lexed, language: str, abi_header: str) -> str | None:
+    code = "\n" + lexed.code
+    for match in _DIRECTIVE_RE.finditer(code):
+        name, at = match.group("name"), match.start()  # the line start, in lexed.code
+        if name not in ALLOWED_DIRECTIVES:
+            return f"static guard: the directive #{_show(name)} is not allowed (line {lexed.line(at)})"
+        if name == "include":
+            target = _INCLUDE_NAME_RE.match(lexed.code, match.end() - 1)
+            if not target:
+                written = _rest_of_line(lexed, match.end() - 1)
+                return (f"static guard: includes a computed name ('#include {_show(written)}' at line "
+                        f"{lexed.line(at)}); only <name> or \"name\" is allowed")
+            header = target.group("angle")
+            if header is None:
+                header = lexed.literals.get(target.start("quote"), "")
+            if header != abi_header and header not in ALLOWED_INCLUDES[language]:
+                return (f"static guard: #include <{_show(header)}> is not allowed at line {lexed.line(at)} "
+                        "(only the ABI header and standard headers)")
+        elif name == "pragma" and not ALLOWED_PRAGMA_RE.match(lexed.code, match.end() - 1):
+            written = _rest_of_line(lexed, match.end() - 1)
+            return f"static guard: #pragma {_show(written)} is not allowed (line {lexed.line(at)})"
     return None
 
 
+def _check_probes(lexed: _Lexed) -> str | None:
+    match = _search_word(_PROBE_RE, lexed.code)
+    if match and not _is_word_char(lexed.code[match.end():match.end() + 1] or " "):
+        return f"static guard: {match.group()} is not allowed (line {lexed.line(match.start())})"
+    return None
+
+
+def _check_asm_files(lexed: _Lexed) -> str | None:
+    """Assembler directives that read a file at build time: in a literal, across adjacent literals,
+    or in code (a macro's stringification)."""
+    match = _ASM_FILE_RE.search(lexed.code)
+    if match:
+        return (f"static guard: asm reads a file at build time (.{match.group(1).lower()}) "
+                f"at line {lexed.line(match.start())}")
+    positions, starts, total = list(lexed.literals), [], 0
+    for position in positions:
+        starts.append(total)
+        total += len(lexed.literals[position])
+    match = _ASM_FILE_RE.search("".join(lexed.literals.values()))
+    if match:
+        position = positions[bisect.bisect_right(starts, match.start()) - 1]
+        return (f"static guard: asm reads a file at build time (.{match.group(1).lower()}) "
+                f"at line {lexed.line(position)}")
+    return None
+
+
+def _skip_space_back(code: str, i: int) -> int:
+    """The index of the last non-blank character at or before i (-1 when none)."""
+    while i >= 0 and code[i] in " \t\n\f\v":
+        i -= 1
+    return i
+
+
+def _word_before(code: str, end: int) -> tuple[str, int]:
+    """The identifier ending at index `end` (inclusive), and the index before it."""
+    i = end
+    while i >= 0 and _is_word_char(code[i]):
+        i -= 1
+    return code[i + 1:end + 1], i
+
+
+class _Brackets:
+    """The opener of every ')' and ']' in the code, found in one pass when first needed."""
+
+    def __init__(self, code: str):
+        self.code, self._openers = code, None
+
+    def opener(self, index: int) -> int:
+        if self._openers is None:
+            self._openers, stacks = {}, {"(": [], "[": []}
+            for match in re.finditer(r"[()\[\]]", self.code):
+                char = match.group()
+                if char in "([":
+                    stacks[char].append(match.start())
+                else:
+                    stack = stacks["(" if char == ")" else "["]
+                    if stack:
+                        self._openers[match.start()] = stack.pop()
+        return self._openers.get(index, -1)
+
+
+def _defines(code: str, name_start: int, name_end: int) -> bool:
+    """Whether code[name_start:name_end] is the name in a '#define NAME' that opens its line."""
+    line_start = code.rfind("\n", 0, name_start) + 1
+    return _MACRO_DEFINITION_RE.match(code, line_start, name_end) is not None
+
+
+def _is_asm_label(code: str, asm_start: int, brackets: _Brackets) -> bool:
+    """Whether asm(...) at asm_start follows a declarator (a label) rather than starting a statement
+    (or a macro's body)."""
+    i = _skip_space_back(code, asm_start - 1)
+    while i >= 0:
+        char = code[i]
+        if char == ")":
+            opener = brackets.opener(i)
+            if opener < 0:
+                return True
+            word, before = _word_before(code, _skip_space_back(code, opener - 1))
+            if word in _CONDITION_WORDS:
+                return False  # if (...) asm("nop");
+            if word in _ATTRIBUTE_WORDS:
+                i = _skip_space_back(code, before)
+                continue
+            return not (word and _defines(code, before + 1, before + 1 + len(word)))  # #define F(x) asm("...")
+        if char == "]":
+            opener = brackets.opener(i)
+            if opener >= 0 and code[opener + 1:opener + 2] == "[":  # a [[...]] attribute
+                i = _skip_space_back(code, opener - 1)
+                continue
+            return True  # an array declarator
+        if _is_word_char(char):
+            word, before = _word_before(code, i)
+            if word in _STATEMENT_WORDS:
+                return False
+            return not _defines(code, before + 1, i + 1)  # #define NAME asm("...")
+        return False  # ; { } : , = or the start: a statement
+    return False
+
+
+def _check_asm_labels(lexed: _Lexed) -> str | None:
+    code, brackets, start = lexed.code, _Brackets(lexed.code), 0
+    while match := _search_word(_ASM_LABEL_RE, code, start):
+        start = match.end()
+        args = match.group("args")
+        if '""' not in args or not _is_asm_label(code, match.start(), brackets):
+            continue
+        offset = match.start("args")
+        name = "".join(lexed.literals.get(offset + m.start(), "") for m in re.finditer('""', args))
+        return (f"static guard: renames a symbol with an asm label ('{_show(name.lstrip('*'))}' "
+                f"at line {lexed.line(match.start())})")
+    for match in _RENAME_ATTRIBUTE_RE.finditer(code):
+        i = match.start() - 1
+        while i >= 0 and code[i] == "_":
+            i -= 1
+        if i < 0 or not _is_word_char(code[i]):
+            return (f"static guard: renames a symbol with an attribute ('{match.group(1)}' "
+                    f"at line {lexed.line(match.start())})")
+    return None
+
+
+def _check_forbidden_words(lexed: _Lexed) -> str | None:
+    for pattern, reason in _FORBIDDEN_CALLS:
+        match = _search_word(pattern, lexed.code)
+        if match:
+            return f"static guard: {reason} ('{match.group(0).strip('( ')}' at line {lexed.line(match.start())})"
+    return None
+
+
+# --- the import check on the built object ---
+
 def check_shared_object(path: Path) -> str | None:
-    """For host-code tasks: refuse a built object that imports a forbidden symbol."""
+    """Refuse a built object (C or CUDA) that imports a forbidden symbol. The object must be linked so
+    that its own imports show (CUDA: against the shared runtime, see build.compile_command)."""
     try:
-        listing = subprocess.run(["nm", "-D", "--undefined-only", str(path)], capture_output=True,
-                                 text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None  # nm missing: the source guard already ran
-    for line in listing.splitlines():
-        symbol = line.split()[-1].split("@")[0] if line.split() else ""
-        if symbol in FORBIDDEN_SYMBOLS:
-            return f"static guard: the built object imports '{symbol}'"
+        proc = subprocess.run(["nm", "-D", "--undefined-only", str(path)], capture_output=True,
+                              text=True, timeout=60, check=False)
+    except OSError:
+        return "static guard: nm is not available to check the built object's imports"
+    except subprocess.TimeoutExpired:
+        return "static guard: nm timed out reading the built object's imports"
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+        return f"static guard: nm could not read the built object's imports ({_show(first)})"
+    for line in proc.stdout.splitlines():
+        fields = line.split()
+        if fields and forbidden_import(fields[-1]):
+            return f"static guard: the built object imports '{fields[-1].split('@')[0]}'"
     return None
