@@ -130,3 +130,93 @@ def test_cli_lint_exits_1_with_reasons(tmp_path):
     assert result.exit_code == 1
     assert "question 'copy': duplicates question 'epilogue-cost'" in result.output
     assert "question 'cmd': is a command" in result.output and "mine.yaml" in result.output
+
+
+def test_layers_are_a_fixed_set(tmp_path):
+    result = CliRunner().invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", GOOD["text"],
+                                       "--layer", "vibes"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "layer 'vibes' is not one of memory, compute" in result.output and not (tmp_path / "b").exists()
+    path = write_bank(tmp_path / "c", [{**GOOD, "layers": ["vibes"]}])
+    linted = CliRunner().invoke(main, ["bank", "lint", "--bank", str(tmp_path / "c")])
+    assert linted.exit_code == 2 and str(path) in linted.output and "layer 'vibes'" in linted.output
+
+
+def test_near_duplicates_are_found_after_folding_synonyms():
+    first = "Is the softmax maximum computed twice for each row?"
+    second = "Is the softmax max computed twice per row?"
+    different = "Is the output tile written twice for each row?"
+    assert similarity(first, second) >= 0.6 and similarity(first, different) < 0.6
+    questions = [Question(id=f"q-{n}", text=text, triggers=["default"], layers=["numerics"])
+                 for n, text in enumerate([first, second, different])]
+    problems = lint_questions(questions)
+    assert [(p.question_id, p.reason.split(" question")[0]) for p in problems] == [("q-1", "near-duplicates (1.00 similar)")]
+    assert "'q-0'" in problems[0].reason
+
+
+def test_lint_compares_only_candidate_pairs(monkeypatch):
+    """Many different questions: the near-duplicate search does not compare every pair."""
+    from evokernel.bank import lint
+
+    calls = []
+    jaccard = lint._jaccard
+    monkeypatch.setattr(lint, "_jaccard", lambda a, b: calls.append(1) or jaccard(a, b))
+    words = [f"w{n}" for n in range(400)]
+    questions = [Question(id=f"q-{n}", text=f"Does the {words[n % 400]} {words[(7 * n) % 400]} {words[(13 * n + 1) % 400]} "
+                                           f"stage {n} wait?", triggers=["default"], layers=["memory"])
+                 for n in range(3000)]
+    lint_questions(questions)
+    assert len(calls) < 20 * len(questions)  # every pair would be about 4.5 million
+
+
+def test_a_question_file_above_the_size_limit_is_refused_in_one_line(tmp_path):
+    from evokernel.bank.questions import MAX_FILE_BYTES
+
+    entry = {**GOOD, "notes": "x" * 1000}
+    path = write_bank(tmp_path, [{**entry, "id": f"q-{n}"} for n in range(MAX_FILE_BYTES // 1000 + 10)])
+    result = CliRunner().invoke(main, ["bank", "list", "--bank", str(tmp_path)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert str(path) in result.output and "more than a question file may hold" in result.output
+
+
+GPU_WORDS = ("shared memory", "shared-memory", "tensor", "coalesc", "warp", "multiprocessor", "thread block",
+             "gpu", "stream")
+
+
+def test_gpu_only_questions_are_tagged_and_never_asked_of_a_cpu_task():
+    import random
+
+    from evokernel.bank import QuestionPolicy
+
+    bank = load_bank()
+    for question in bank:
+        if any(word in question.text.lower() for word in GPU_WORDS):
+            assert question.devices == ["gpu"], question.id
+    assert all(bank.for_trigger(trigger, "cpu") for trigger in TRIGGERS)  # every trigger still has questions
+    rng = random.Random(0)
+    policy = QuestionPolicy(bank, device="cpu")
+    asked = {policy.choose(trigger, rng).id for trigger in TRIGGERS for _ in range(200)}
+    assert asked and all(bank.get(q).applies_to("cpu") and not bank.get(q).devices for q in asked)
+    gpu = QuestionPolicy(bank, device="gpu")
+    assert {gpu.choose("default", rng).id for _ in range(500)} & {q.id for q in bank if q.devices == ["gpu"]}
+
+
+def test_run_services_choose_questions_for_the_tasks_device(tmp_path):
+    from evokernel.config import RunConfig
+    from evokernel.mutations.questions import build_services
+    from evokernel.store import Store
+
+    llm = {"models": [{"model": "openai/fake", "api_base": "http://127.0.0.1:9/v1"}]}
+    with Store(tmp_path / "run", create=True) as store:
+        assert build_services(RunConfig(task="attention-fwd-cpu", llm=llm), store)["policy"].device == "cpu"
+        assert build_services(RunConfig(task="attention-fwd", llm=llm), store)["policy"].device == "gpu"
+
+
+def test_devices_field_round_trip_and_validation(tmp_path):
+    result = CliRunner().invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", GOOD["text"],
+                                       "--layer", "numerics", "--device", "gpu", "--id", "epilogue-cost"])
+    assert result.exit_code == 0, result.output
+    assert load_bank([tmp_path / "b"], builtin=False).get("epilogue-cost").devices == ["gpu"]
+    path = write_bank(tmp_path / "c", [{**GOOD, "devices": ["tpu"]}])
+    with pytest.raises(BadInput, match="field 'devices.0'"):
+        load_file(path)

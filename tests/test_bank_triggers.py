@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -85,7 +86,19 @@ def test_bank_stats_over_runs(tmp_path):
     result = CliRunner().invoke(main, ["bank", "stats", str(first), str(second)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if "barrier-waits" in line)
-    assert [cell.strip() for cell in line.split("│")[2:6]] == ["3", "2", "2", "+35.0%"]
+    assert line.split("\t")[1:5] == ["3", "2", "2", "+35.0%"]  # piped: tab-separated, one line per question
+    assert result.output.splitlines()[0].split("\t") == ["question", "asked", "correct", "better", "mean gain", "text"]
+    as_json = CliRunner().invoke(main, ["bank", "stats", str(first), str(second), "--json"])
+    rows = {row["question_id"]: row for row in json.loads(as_json.output)}
+    assert (rows["barrier-waits"]["asked"], rows["between-tiles"]["mean_gain"]) == (3, pytest.approx(-0.1))
+
+
+def test_bank_stats_with_nothing_asked_says_so_in_one_line(tmp_path):
+    run = make_run(tmp_path / "a", [])
+    result = CliRunner().invoke(main, ["bank", "stats", str(run)])
+    assert result.exit_code == 0
+    assert result.output.count("\n") == 1 and result.output.startswith("no question asked yet in 1 run(s)")
+    assert json.loads(CliRunner().invoke(main, ["bank", "stats", str(run), "--json"]).output) == []
 
 
 def test_bank_review_accepts_into_a_user_bank_only_when_asked(tmp_path):
@@ -100,12 +113,20 @@ def test_bank_review_accepts_into_a_user_bank_only_when_asked(tmp_path):
     assert not bank_dir.exists()
     refused = runner.invoke(main, ["bank", "review", str(run), "--accept", "make-it-faster-ffff", "--bank", str(bank_dir)])
     assert refused.exit_code == 2 and "is a command" in refused.output
+    database = {path.name: path.read_bytes() for path in run.iterdir() if path.name.startswith("lineage.db")}
     accepted = runner.invoke(main, ["bank", "review", str(run), "--accept", "same-k-row-0a1b",
                                     "--reject", "make-it-faster-ffff", "--bank", str(bank_dir)], env={"COLUMNS": "250"})
     assert accepted.exit_code == 0, accepted.output
     assert load_bank([bank_dir], builtin=False).get("same-k-row-0a1b").text == text
+    # only the user's bank was written: the run's database is as it was
+    assert {path.name: path.read_bytes() for path in run.iterdir() if path.name.startswith("lineage.db")} == database
     with Store(run, readonly=True) as store:
-        assert {q["id"]: q["status"] for q in store.proposed_questions()} == {
-            "same-k-row-0a1b": "accepted", "make-it-faster-ffff": "rejected"}
+        assert {q["status"] for q in store.proposed_questions()} == {"proposed"}
+    statuses = runner.invoke(main, ["bank", "review", str(run), "--bank", str(bank_dir)]).output
+    rows = {line.split("\t")[0]: line.split("\t")[1] for line in statuses.splitlines()[1:]}
+    assert rows == {"same-k-row-0a1b": "accepted", "make-it-faster-ffff": "rejected"}
     missing = runner.invoke(main, ["bank", "review", str(run), "--reject", "nope"])
     assert missing.exit_code == 2 and "no proposed question 'nope'" in missing.output
+    no_bank = runner.invoke(main, ["bank", "review", str(run), "--reject", "make-it-faster-ffff"])
+    assert no_bank.exit_code == 2 and "give --bank DIR" in no_bank.output
+

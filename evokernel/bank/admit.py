@@ -11,22 +11,24 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evokernel.bank.lint import duplicate_problems, shape_problems
-from evokernel.bank.questions import Question, load_bank, slug, write_question
+from evokernel.bank.questions import Question, error_message, load_bank, slug, write_question
 from evokernel.errors import BadInput
 
 
 def admit_question(directory: Path, text: str, triggers: list[str], layers: list[str],
-                   question_id: str | None = None, notes: str | None = None, builtin: bool = True) -> Path:
+                   question_id: str | None = None, notes: str | None = None, builtin: bool = True,
+                   devices: list[str] | None = None) -> Path:
     """Write a checked question to `directory` and return the file written."""
     directory = Path(directory)
     bank = load_bank([directory] if directory.is_dir() else [], builtin=builtin)
     question_id = question_id or slug(text)
     try:
-        question = Question(id=question_id, text=text, triggers=triggers or ["default"], layers=layers, notes=notes)
+        question = Question(id=question_id, text=text, triggers=triggers or ["default"], layers=layers,
+                            devices=devices or [], notes=notes)
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(p) for p in error["loc"])
-        raise BadInput(f"question '{question_id}': field '{field}': {error['msg']}") from None
+        raise BadInput(f"question '{question_id}': field '{field}': {error_message(error)}") from None
     if question.id in bank.questions:
         raise BadInput(f"question '{question.id}': id already used in {bank.files[question.id]} (give --id)")
     reasons = shape_problems(question.text) + duplicate_problems(question.text, list(bank))

@@ -6,14 +6,18 @@ the answer to a measurement. These rules catch the shapes that are plainly not q
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from evokernel.bank.questions import Question
 
 MIN_WORDS, MAX_WORDS, MAX_CHARS = 6, 45, 320
 SIMILARITY_LIMIT = 0.6  # token-set Jaccard at or above which two questions count as near-duplicates
+MAX_REPORTED = 3  # near-duplicates named per question; more are counted
 
 QUESTION_WORDS = {
     "what", "which", "where", "when", "why", "how", "who", "whose", "whom", "whether",
@@ -80,37 +84,121 @@ def shape_problems(text: str) -> list[str]:
     return reasons
 
 
+# Words and phrases that say the same thing, folded before comparing two questions.
+PHRASES = [(r"\bfor (?:each|every)\b", "per"), (r"\bshared[- ]memory\b", "smem"), (r"\bglobal memory\b", "gmem"),
+           (r"\bthread[- ]blocks?\b", "block"), (r"\bwall[- ]clock\b", "wallclock"),
+           (r"\btwo times\b", "twice"), (r"\bhow much\b", "how many")]
+SYNONYMS = {
+    "maximum": "max", "maxima": "max", "maximal": "max", "maximums": "max", "maxes": "max",
+    "minimum": "min", "minima": "min", "minimal": "min", "minimums": "min",
+    "exponential": "exp", "exponentials": "exp", "exponent": "exp", "exponents": "exp",
+    "calculate": "compute", "calculated": "compute", "calculates": "compute", "calculating": "compute",
+    "calculation": "compute", "computation": "compute", "computations": "compute",
+    "twice": "two", "doubly": "two", "fp32": "float", "float32": "float", "single-precision": "float",
+    "cycle": "clock", "cycles": "clock", "latency": "time", "duration": "time",
+    "matmul": "matrix", "gemm": "matrix", "mma": "matrix", "regs": "register", "registers": "register",
+    "tiles": "tile", "rows": "row", "columns": "column", "kernels": "kernel", "threads": "thread",
+}
+STOPWORDS_EXTRA = {"per", "all", "both", "same", "any", "ever", "still", "also", "here", "now"}
+
+
+@lru_cache(maxsize=65536)
 def tokens(text: str) -> frozenset[str]:
-    """Content words, lightly stemmed, for near-duplicate detection."""
-    return frozenset(re.sub(r"(ing|es|s)$", "", w) for w in _words(text) if w not in STOPWORDS and len(w) > 1)
+    """Content words, with synonyms and phrases folded and lightly stemmed, for near-duplicate detection."""
+    text = text.lower()
+    for pattern, replacement in PHRASES:
+        text = re.sub(pattern, replacement, text)
+    out = set()
+    for word in _words(text):
+        word = SYNONYMS.get(word, word)
+        if word in STOPWORDS or word in STOPWORDS_EXTRA or len(word) < 2:
+            continue
+        if len(word) > 4:
+            word = re.sub(r"(ing|ed|es|e|s)$", "", word)
+        out.add(SYNONYMS.get(word, word))
+    return frozenset(out)
 
 
 def similarity(a: str, b: str) -> float:
+    """Jaccard similarity of the two questions' token sets (after folding synonyms)."""
     ta, tb = tokens(a), tokens(b)
+    return _jaccard(ta, tb)
+
+
+def _jaccard(ta: frozenset[str], tb: frozenset[str]) -> float:
     return len(ta & tb) / len(ta | tb) if ta | tb else 1.0
 
 
+def _same_words(a: str, b: str) -> bool:
+    return _words(a) == _words(b)
+
+
+def _describe(text: str, other: Question, score: float) -> str:
+    kind = "duplicates" if _same_words(text, other.text) else f"near-duplicates ({score:.2f} similar)"
+    return f"{kind} question '{other.id}': \"{other.text}\""
+
+
 def duplicate_problems(text: str, others: list[Question], own_id: str | None = None) -> list[str]:
-    """Why `text` repeats a question in `others` (same or near-same wording)."""
-    reasons = []
+    """Why `text` repeats a question in `others` (same or near-same wording, synonyms folded)."""
+    mine, reasons = tokens(text), []
     for other in others:
         if other.id == own_id:
             continue
-        score = similarity(text, other.text)
+        score = _jaccard(mine, tokens(other.text))
         if score >= SIMILARITY_LIMIT:
-            kind = "duplicates" if score == 1.0 else f"near-duplicates ({score:.2f} similar)"
-            reasons.append(f"{kind} question '{other.id}': \"{other.text}\"")
+            reasons.append(_describe(text, other, score))
     return reasons
+
+
+def _near_duplicates(questions: list[Question]) -> dict[int, list[tuple[int, float]]]:
+    """For each question, the earlier ones at or above SIMILARITY_LIMIT: (index, score).
+
+    A set-similarity join, not a comparison of every pair: identical token sets are grouped, and a
+    question is compared only with earlier ones that share a token among the rarest of its tokens (its
+    prefix, long enough that two sets this similar must share one) and whose size could reach the limit.
+    """
+    sets = [tokens(q.text) for q in questions]
+    frequency = Counter(token for token_set in set(sets) for token in token_set)
+    first_with: dict[frozenset[str], int] = {}
+    copies: dict[int, list[int]] = {}  # first question with a token set -> every later one with the same set
+    index: dict[str, list[int]] = {}
+    found: dict[int, list[tuple[int, float]]] = {}
+    for n, token_set in enumerate(sets):
+        if token_set in first_with:  # the same words as an earlier question: named against the first only
+            found[n] = [(first_with[token_set], 1.0)]
+            copies[first_with[token_set]].append(n)
+            continue
+        first_with[token_set], copies[n] = n, [n]
+        ordered = sorted(token_set, key=lambda t: (frequency[t], t))
+        prefix = ordered[:len(ordered) - math.ceil(SIMILARITY_LIMIT * len(ordered)) + 1]
+        candidates = {m for token in prefix for m in index.get(token, ())}
+        matches = []
+        for m in sorted(candidates):
+            other = sets[m]
+            if SIMILARITY_LIMIT * len(token_set) <= len(other) <= len(token_set) / SIMILARITY_LIMIT:
+                score = _jaccard(token_set, other)
+                if score >= SIMILARITY_LIMIT:
+                    matches += [(copy, score) for copy in copies[m]]
+        if matches:
+            found[n] = sorted(matches)
+        for token in prefix:
+            index.setdefault(token, []).append(n)
+    return found
 
 
 def lint_questions(questions: list[Question], files: dict[str, Path] | None = None) -> list[Problem]:
     """Every problem in a set of questions; each near-duplicate pair is reported once (on the later one)."""
     files = files or {}
     problems = []
+    duplicates = _near_duplicates(questions)
     for index, question in enumerate(questions):
         file = files.get(question.id)
         problems += [Problem(file, question.id, r) for r in shape_problems(question.text)]
-        problems += [Problem(file, question.id, r) for r in duplicate_problems(question.text, questions[:index])]
+        matches = duplicates.get(index, [])
+        problems += [Problem(file, question.id, _describe(question.text, questions[m], score))
+                     for m, score in matches[:MAX_REPORTED]]
+        if len(matches) > MAX_REPORTED:
+            problems.append(Problem(file, question.id, f"also near-duplicates {len(matches) - MAX_REPORTED} more questions"))
         if not question.layers:
             problems.append(Problem(file, question.id, "has no layer tag: name the part of the system it points at"))
     return problems

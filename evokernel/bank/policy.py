@@ -1,4 +1,5 @@
-"""Which question to ask: Thompson sampling on "the child beat its parent", per trigger.
+"""Which question to ask: Thompson sampling on "the child beat its parent", per trigger, among the
+questions that apply to the task's device (a CPU task is never asked a GPU-only question).
 
 Each question has a Beta(1 + wins, 1 + losses) belief; the counts are those of earlier runs (the
 prior) plus those of the live run, read from its store at every choice so the policy needs no
@@ -15,15 +16,19 @@ from evokernel.errors import BadInput
 
 
 class QuestionPolicy:
-    def __init__(self, bank: Bank, prior: dict[str, tuple[int, int]] | None = None) -> None:
+    def __init__(self, bank: Bank, prior: dict[str, tuple[int, int]] | None = None, device: str | None = None) -> None:
         if not len(bank):
             raise BadInput("the question bank is empty: enable the built-in bank or add questions")
+        if device is not None and not any(q.applies_to(device) for q in bank):
+            raise BadInput(f"no question in the bank applies to a {device} task (see `devices` in the bank files)")
         self.bank = bank
         self.prior = prior or {}
+        self.device = device  # "gpu" or "cpu": questions tagged for other devices are never asked
 
     def candidates(self, trigger: str) -> list[Question]:
-        """Questions allowed under `trigger`; the default ones when none is."""
-        return self.bank.for_trigger(trigger) or self.bank.for_trigger("default") or list(self.bank)
+        """Questions allowed under `trigger` that apply to the device; the default ones when none is."""
+        return (self.bank.for_trigger(trigger, self.device) or self.bank.for_trigger("default", self.device)
+                or [q for q in self.bank if q.applies_to(self.device)])
 
     def beliefs(self, store=None) -> dict[str, tuple[int, int]]:
         """(wins, losses) per question: the prior plus the live run's outcomes."""

@@ -2,7 +2,8 @@
 
 The prompt invites one new question in a tagged section (`PROPOSAL_FORMAT`); when the child turns
 out better than its parent the question is stored as `proposed` in the run, and it joins a bank
-only when a person accepts it (`evokernel bank review`).
+only when a person accepts it (`evokernel bank review`). Reviewing never writes the run: an accepted
+question is a file of the user's bank, a rejected one a line of the bank's REJECTED_FILE.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from evokernel.bank.admit import admit_question
 from evokernel.bank.lint import shape_problems
-from evokernel.bank.questions import TRIGGERS, slug
+from evokernel.bank.questions import LAYERS, TRIGGERS, load_bank, slug
 from evokernel.errors import BadInput
 
 PROPOSAL_FORMAT = ('<new-question triggers="stagnation" layers="memory">One bounded question that would have '
@@ -35,7 +36,7 @@ def parse_proposed_question(answer: str | None) -> dict | None:
     if shape_problems(text):
         return None
     triggers = [t for t in _attribute(found.group(1), "triggers") if t in TRIGGERS] or ["default"]
-    layers = [layer for layer in _attribute(found.group(1), "layers") if re.fullmatch(r"[a-z][a-z0-9-]*", layer)]
+    layers = [layer for layer in _attribute(found.group(1), "layers") if layer in LAYERS]
     digest = hashlib.sha256(text.encode()).hexdigest()[:4]
     return {"id": f"{slug(text, 5)}-{digest}", "text": text, "triggers": triggers, "layers": layers}
 
@@ -50,19 +51,49 @@ def harvest_proposed_question(store, llm_call_id: int | None, child_id: int | No
     return proposal["id"]
 
 
-def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None) -> Path | None:
-    """Accept (write to `bank_dir`, after the lint) or reject a proposed question of a run."""
+REJECTED_FILE = "rejected-proposals.txt"  # in a user bank: ids of proposed questions a person rejected
+
+
+def rejected_ids(bank_dir: Path | None) -> set[str]:
+    path = Path(bank_dir) / REJECTED_FILE if bank_dir is not None else None
+    return set(path.read_text().split()) if path is not None and path.is_file() else set()
+
+
+def review_status(rows: list[dict], bank_dir: Path | None) -> dict[str, str]:
+    """Per proposed question: accepted (in the user bank), rejected (listed there), or proposed.
+
+    Without a bank the status recorded in the run is shown (runs reviewed by earlier versions).
+    """
+    if bank_dir is None:
+        return {row["id"]: row["status"] for row in rows}
+    accepted = {q.id for q in load_bank([bank_dir], builtin=False)} if Path(bank_dir).is_dir() else set()
+    rejected = rejected_ids(bank_dir)
+    return {row["id"]: "accepted" if row["id"] in accepted else "rejected" if row["id"] in rejected
+            else row["status"] for row in rows}
+
+
+def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None) -> Path:
+    """Accept (write to `bank_dir`, after the lint) or reject (list in `bank_dir`) a proposed question of a
+    run; returns the file written. The run itself is only read (`store` may be read-only)."""
     rows = {row["id"]: row for row in store.proposed_questions()}
     if question_id not in rows:
         known = ", ".join(rows) or "none"
         raise BadInput(f"run {store.run_dir} has no proposed question '{question_id}' (proposed: {known})")
     row = rows[question_id]
-    if not accept:
-        store.set_question_status(question_id, "rejected")
-        return None
     if bank_dir is None:
-        raise BadInput(f"--accept {question_id}: give --bank DIR, the user bank to write it to")
-    path = admit_question(bank_dir, row["text"], row["triggers"], row["layers"], question_id,
-                          notes=f"proposed in run {store.run_dir.name} after individual {row['from_individual']}")
-    store.set_question_status(question_id, "accepted")
-    return path
+        raise BadInput(f"--{'accept' if accept else 'reject'} {question_id}: give --bank DIR, the user bank "
+                       f"that {'it goes to' if accept else 'records the rejection'}")
+    bank_dir = Path(bank_dir)
+    rejected = rejected_ids(bank_dir)
+    if accept:
+        path = admit_question(bank_dir, row["text"], row["triggers"], [layer for layer in row["layers"] if layer in LAYERS],
+                              question_id, notes=f"proposed in run {Path(store.run_dir).name} after individual "
+                                                 f"{row['from_individual']}")
+        rejected.discard(question_id)
+    else:
+        rejected.add(question_id)
+    path_rejected = bank_dir / REJECTED_FILE
+    if rejected or path_rejected.exists():
+        bank_dir.mkdir(parents=True, exist_ok=True)
+        path_rejected.write_text("".join(f"{q}\n" for q in sorted(rejected)))
+    return path if accept else path_rejected

@@ -1,8 +1,10 @@
 """Questions and banks: the YAML format, loading with errors that name file/question/field, writing.
 
-A bank file holds `questions:`, a list of mappings with `id`, `text`, `triggers`, `layers` and
-optional `notes`. The built-in bank ships as package data in `builtin/`; user banks are directories
-of the same YAML, loaded after it (an id may appear only once across all of them).
+A bank file holds `questions:`, a list of mappings with `id`, `text`, `triggers`, `layers` (from the
+fixed set LAYERS), optional `devices` (the kinds of device the question applies to, `gpu` and/or `cpu`;
+absent: all) and optional `notes`. The built-in bank ships as package data in `builtin/`; user banks
+are directories of the same YAML, loaded after it (an id may appear only once across all of them).
+A question file may hold at most MAX_FILE_BYTES.
 """
 
 from __future__ import annotations
@@ -20,6 +22,19 @@ from evokernel.errors import BadInput, read_yaml
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 TRIGGERS = ("default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover")
 LAYERS = ("memory", "compute", "pipeline", "scheduling", "numerics", "measurement", "correctness")
+DEVICES = ("gpu", "cpu")
+Device = Literal["gpu", "cpu"]
+MAX_FILE_BYTES = 1 << 20  # a question file is a few kilobytes; anything near this is not a question bank
+
+
+def device_for_backend(backend: str) -> str:
+    """The kind of device a task's backend runs on ("cuda" -> "gpu", "cpu" -> "cpu")."""
+    return {"cuda": "gpu"}.get(backend, backend)
+
+
+def error_message(error: dict) -> str:
+    """A pydantic error's message without pydantic's "Value error, " prefix."""
+    return str(error["msg"]).removeprefix("Value error, ")
 Trigger = Literal["default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover"]
 ID_PATTERN = r"^[a-z0-9][a-z0-9-]{1,63}$"
 
@@ -33,6 +48,7 @@ class Question(BaseModel):
     text: str = Field(min_length=1)
     triggers: list[Trigger] = Field(min_length=1)
     layers: list[str] = Field(default_factory=list)
+    devices: list[Device] = Field(default_factory=list, description="gpu and/or cpu; empty: every device")
     notes: str | None = None
 
     @field_validator("text")
@@ -44,9 +60,13 @@ class Question(BaseModel):
     @classmethod
     def _layer_tags(cls, layers: list[str]) -> list[str]:
         for layer in layers:
-            if not re.fullmatch(r"[a-z][a-z0-9-]*", layer):
-                raise ValueError(f"layer tag '{layer}' must be lowercase letters, digits and dashes")
+            if layer not in LAYERS:
+                raise ValueError(f"layer '{layer}' is not one of {', '.join(LAYERS)}")
         return layers
+
+    def applies_to(self, device: str | None) -> bool:
+        """Whether the question may be asked about a kernel for `device` (None: any)."""
+        return device is None or not self.devices or device in self.devices
 
 
 @dataclass
@@ -67,8 +87,9 @@ class Bank:
             raise BadInput(f"no question '{question_id}' in the bank")
         return self.questions[question_id]
 
-    def for_trigger(self, trigger: str) -> list[Question]:
-        return [q for q in self.questions.values() if trigger in q.triggers]
+    def for_trigger(self, trigger: str, device: str | None = None) -> list[Question]:
+        """The questions allowed under `trigger` that apply to `device` (None: any device)."""
+        return [q for q in self.questions.values() if trigger in q.triggers and q.applies_to(device)]
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -83,6 +104,10 @@ def _field(location: tuple) -> str:
 
 def load_file(path: Path) -> list[Question]:
     """Questions of one YAML file; BadInput names the file, the question and the field."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise BadInput(f"{path}: {size / 1e6:.1f} MB, more than a question file may hold "
+                       f"({MAX_FILE_BYTES // 1024} KiB): split it or keep only the questions")
     data = read_yaml(path)
     if data is None:
         return []
@@ -98,7 +123,7 @@ def load_file(path: Path) -> list[Question]:
             questions.append(Question.model_validate(entry))
         except ValidationError as exc:
             error = exc.errors()[0]
-            raise BadInput(f"{path}: {label}: field '{_field(error['loc'])}': {error['msg']}") from None
+            raise BadInput(f"{path}: {label}: field '{_field(error['loc'])}': {error_message(error)}") from None
     return questions
 
 
@@ -133,5 +158,7 @@ def write_question(directory: Path, question: Question) -> Path:
     if path.exists():
         raise BadInput(f"{path} already exists: choose another --id")
     entry = question.model_dump(exclude_none=True)
+    if not entry["devices"]:
+        del entry["devices"]
     path.write_text(yaml.safe_dump({"questions": [entry]}, sort_keys=False, width=100, allow_unicode=True))
     return path

@@ -14,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from evokernel.bank import Question, QuestionPolicy, load_bank, prior_from_runs
+from evokernel.bank.questions import device_for_backend
 from evokernel.config import RunConfig
+from evokernel.harness import get_task
 from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, register
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import LLMClient
@@ -24,11 +26,12 @@ from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repai
 def build_services(config: RunConfig, store) -> dict:
     """The LLM client (cache in the run directory unless `llm.cache_dir`), the bank and the policy."""
     bank = load_bank(config.bank.dirs, builtin=config.bank.builtin)
+    device = device_for_backend(get_task(config.task).backend)  # GPU-only questions are not asked of a CPU task
     cache_dir = config.llm.cache_dir or (Path(store.run_dir) / "llm_cache")
     return {
         "llm": LLMClient(config.llm, store, cache_dir, config.budget.usd),
         "bank": bank,
-        "policy": QuestionPolicy(bank, prior_from_runs(config.bank.stats_from)),
+        "policy": QuestionPolicy(bank, prior_from_runs(config.bank.stats_from), device),
     }
 
 

@@ -1,0 +1,80 @@
+"""How the commands print tables and machine-readable output.
+
+On a terminal a table is a rich table. When the output is piped or redirected it is one line per
+row, cells separated by tabs, after a header line, with nothing folded or cut (so `grep`, `cut` and
+`pandas.read_csv(sep="\\t")` work on it). `--json` output is complete and never shortened.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+Cell = str | Text | int | float | None
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, right-aligned (numbers) or not, never wrapped on a terminal."""
+
+    name: str
+    right: bool = False
+    no_wrap: bool = False
+
+
+def plain(cell: Cell) -> str:
+    """A cell as one line of plain text (tabs and line breaks become spaces)."""
+    text = cell.plain if isinstance(cell, Text) else "" if cell is None else str(cell)
+    return re.sub(r"[\t\r\n]+", " ", text)
+
+
+def print_table(console: Console, columns: Iterable[Column | str], rows: Iterable[Iterable[Cell]],
+                title: str | None = None, box=None) -> None:
+    """A rich table on a terminal; otherwise a tab-separated header line and one line per row.
+
+    String cells are shown as they are (no rich markup); pass `rich.text.Text` to colour a cell.
+    """
+    columns = [c if isinstance(c, Column) else Column(c) for c in columns]
+    if not console.is_terminal:
+        click.echo("\t".join(plain(c.name) for c in columns))
+        for row in rows:
+            click.echo("\t".join(plain(cell) for cell in row))
+        return
+    table = Table(title=title) if box is None else Table(title=title, box=box)
+    for column in columns:
+        table.add_column(column.name, justify="right" if column.right else "left", no_wrap=column.no_wrap,
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*[cell if isinstance(cell, Text) else Text(plain(cell)) for cell in row])
+    console.print(table)
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: NaN becomes null, numpy scalars numbers, paths strings, frames lists of records."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a pandas DataFrame
+        return jsonable(value.to_dict("records"))
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def print_json(data: Any) -> None:
+    """`data` as indented JSON on stdout."""
+    click.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
