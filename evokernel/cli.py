@@ -50,6 +50,20 @@ def warn_if_not_isolated() -> str:
 
 
 def print_check_report(report) -> None:
+    from rich.markup import escape
+
+    from evokernel.harness.build import first_error_lines
+
+    if not report.scenarios:  # rejected before running (static guard, compiler): only the reason
+        console.print(f"[bold red]rejected[/]: {escape(report.failure or 'no scenario ran')}", soft_wrap=True)
+        errors = first_error_lines(report.build_log or "") if "does not compile" in (report.failure or "") else []
+        for line in errors:
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"[dim]{report.isolation}[/]" if report.isolation and "NOT" not in report.isolation
+                      else f"[bold yellow]{report.isolation}[/]", soft_wrap=True)
+        console.print(f"[dim]{report.task} · {escape(report.kernel)} · build {_fmt(report.build_seconds, '.1f')} s[/]",
+                      soft_wrap=True)
+        return
     table = Table(title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
     for column in ("scenario", "ok", "max err / tol", "time ms", f"{report.speed_reference} ms", "speedup", "spread"):
         table.add_column(column, justify="left" if column == "scenario" else "right")
@@ -77,7 +91,8 @@ def print_check_report(report) -> None:
     phases = report.phase_summary()
     console.print(f"[dim]{report.isolation}[/]" if report.isolation and "NOT" not in report.isolation
                   else f"[bold yellow]{report.isolation}[/]", soft_wrap=True)
-    console.print(f"[dim]device {report.device} · seed {report.seed} · check {_fmt(report.check_seconds, '.1f')} s"
+    device = f"device {report.device} · " if report.device else ""
+    console.print(f"[dim]{device}seed {report.seed} · check {_fmt(report.check_seconds, '.1f')} s"
                   + (f" ({phases})" if phases else f" · build {_fmt(report.build_seconds, '.1f')} s") + "[/]")
 
 
@@ -282,15 +297,18 @@ def _gain(before: float | None, after: float | None) -> str:
     return f" ({100 * (after / before - 1):+.1f}%)" if before and after else ""
 
 
-def _kernel_label(run, ind) -> str:
+def _kernel_label(run, ind, parent=None) -> str:
+    """One line about a kernel; its gain is over `parent` (default: its first parent)."""
     from rich.markup import escape
 
     question = f" [magenta]{escape(ind.question_id)}[/]" if ind.question_id else ""
-    parent = run.parents(ind.id)[:1]
+    if parent is None:
+        parent = next(iter(run.parents(ind.id)), None)
     if ind.status == "correct":
-        result = f"[green]{_fmt(ind.fitness)}[/]" + _gain(parent[0].fitness if parent else None, ind.fitness)
+        result = f"[green]{_fmt(ind.fitness)}[/]" + _gain(parent.fitness if parent else None, ind.fitness)
     elif ind.status == "rejected":
-        result = f"[red]rejected[/]: {escape((ind.failure or '').splitlines()[0][:90] if ind.failure else '')}"
+        reason = (run.failure(ind.id) or "").strip().splitlines()
+        result = f"[red]rejected[/]: {escape(reason[0] if reason else '')}"
     else:
         result = f"[dim]{ind.status}[/]"
     return f"[bold]#{ind.id}[/] {ind.operator}{question} {result}"
@@ -305,27 +323,32 @@ _json_flag = click.option("--json", "as_json", is_flag=True, help="Print JSON (c
 
 @main.command()
 @click.argument("directory", type=click.Path(path_type=Path), default=Path("runs"))
-def runs(directory: Path) -> None:
-    """List the runs under DIRECTORY (default ./runs), newest first."""
+@_json_flag
+def runs(directory: Path, as_json: bool) -> None:
+    """List the runs under DIRECTORY (default ./runs), newest first.
+
+    Piped output is one tab-separated line per run after a header line.
+    """
+    from dataclasses import asdict
+
     from rich import box
 
     from evokernel.lineage import find_runs
+    from evokernel.output import Column, print_json, print_table
 
     summaries = find_runs(directory)
+    if as_json:
+        print_json([asdict(s) for s in summaries])
+        return
     if not summaries:
         console.print(f"no runs under {directory}/")
         return
-    table = Table(title=f"runs under {directory}/", box=box.SIMPLE_HEAD)
-    table.add_column("run", no_wrap=True)  # the id to pass to the other commands: never cut
-    table.add_column("status", no_wrap=True)
-    table.add_column("task", overflow="fold")
-    for column in ("evaluations", "best geomean", "cost $", "started"):
-        table.add_column(column, justify="right", overflow="fold")
-    for s in summaries:
-        best = f"{_fmt(s.best)} (#{s.best_id})" if s.best_id else "-"
-        table.add_row(s.id, s.status, s.task or "-", f"{s.evaluations} ({s.correct} ok)", best,
-                      f"{s.cost_usd:.4f}", _when(s.started_at))
-    console.print(table)
+    columns = [Column("run", no_wrap=True), Column("status", no_wrap=True), Column("task"),
+               *(Column(name, right=True) for name in ("evaluations", "best geomean", "cost $", "started"))]
+    rows = [[s.id, s.status, s.task or "-", f"{s.evaluations} ({s.correct} ok)",
+             f"{_fmt(s.best)} (#{s.best_id})" if s.best_id else "-", f"{s.cost_usd:.4f}", _when(s.started_at)]
+            for s in summaries]
+    print_table(console, columns, rows, title=f"runs under {directory}/", box=box.SIMPLE_HEAD)
 
 
 @main.command()
@@ -333,46 +356,56 @@ def runs(directory: Path) -> None:
 @click.option("--id", "kernel_id", type=int, help="The kernel to trace.")
 @click.option("--best", is_flag=True, help="Trace the best kernel (the default).")
 @click.option("--top", type=click.IntRange(1), help="Trace each of the K best kernels.")
-@click.option("--tree", is_flag=True, help="Draw the descendant tree instead: of --id, or from the seeds to the "
-                                           "chosen best kernels.")
-def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: bool) -> None:
+@click.option("--tree", is_flag=True, help="Draw the descendant tree instead: of every seed (with --id: of that "
+                                           "kernel; with --best or --top: only the paths to those kernels).")
+@_json_flag
+def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: bool, as_json: bool) -> None:
     """Where a kernel came from: one line per step from the seed, with the question asked and the gain.
 
-    RUN is a run directory, a run id under ./runs, or 'latest'.
+    RUN is a run directory, a run id under ./runs, or 'latest'. In the tree a kernel with two parents
+    appears under both, each time with its gain over that parent.
     """
     from rich.markup import escape
-    from rich.tree import Tree
+
+    from evokernel.output import print_json
 
     if (kernel_id is not None) + best + (top is not None) > 1:
         raise BadInput("choose one of --id, --best, --top")
     with _open_run(run) as lin:
+        if tree:
+            if kernel_id is not None:
+                roots, keep, stars = [lin.get(kernel_id).id], None, {kernel_id}
+            elif best or top:
+                chosen = lin.top(top) if top else [lin.best()]
+                if not chosen:
+                    raise BadInput(f"run {lin.name} has no correct kernel yet")
+                stars = {t.id for t in chosen}
+                keep = set().union(*(lin.ancestors(t) for t in stars))
+                roots = lin.roots(keep)
+            else:  # the whole run: every kernel without a parent in it, and all of their descendants
+                keep, stars = None, {t.id for t in lin.top(1)}
+                roots = [i for i, ind in lin.individuals.items()
+                         if not any(p in lin.individuals for p in ind.parent_ids)]
+            trees = [lin.descendants(root, keep) for root in roots]
+            if as_json:
+                print_json([_tree_json(lin, node, None, stars) for node in trees])
+            elif console.is_terminal:
+                _print_rich_trees(lin, trees, stars)
+            else:
+                _print_plain_trees(lin, trees, stars)
+            return
         targets = [lin.get(kernel_id)] if kernel_id is not None else lin.top(top) if top else [lin.best()]
         if not targets:
             raise BadInput(f"run {lin.name} has no correct kernel yet")
-        if tree:
-            top_ids = {t.id for t in targets}
-            if kernel_id is not None:
-                roots, keep = [kernel_id], None
-            else:
-                keep = set().union(*(lin.ancestors(t.id) for t in targets))
-                roots = lin.roots(keep)
-
-            def draw(node, branch) -> None:
-                label = _kernel_label(lin, node.individual) + (" [yellow]★[/]" if node.individual.id in top_ids else "")
-                sub = branch.add(label + (" [dim](shown above)[/]" if node.repeat else ""))
-                for child in node.children:
-                    draw(child, sub)
-
-            for root in roots:
-                top_node = Tree(f"run {escape(lin.name)}")
-                draw(lin.descendants(root, keep), top_node)
-                console.print(top_node)
+        if as_json:
+            print_json([{"id": t.id, "status": t.status, "fitness": t.fitness,
+                         "steps": [_step_json(lin, step) for step in lin.ancestry(t.id)]} for t in targets])
             return
         for target in targets:
             steps = lin.ancestry(target.id)
             console.print(f"[bold]run {escape(lin.name)} · kernel #{target.id}[/] · "
                           f"{target.status} {_fmt(target.fitness)} · {len(steps) - 1} steps from seed "
-                          f"#{steps[0].individual.id}")
+                          f"#{steps[0].individual.id}", soft_wrap=True)
             for step in steps:
                 ind, parent = step.individual, step.parent
                 question = (f"[magenta]{escape(ind.question_id)}[/] \"{escape(step.question_text or '?')}\""
@@ -388,24 +421,84 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
                              + (f" · {len(step.ties)} within noise" if step.ties else ""))
                 console.print(line, soft_wrap=True)
                 if ind.status == "rejected":
-                    console.print(f"         [red]{escape(ind.failure or '')}[/]", soft_wrap=True)
+                    console.print(f"         [red]{escape(lin.failure(ind.id) or '')}[/]", soft_wrap=True)
 
 
-def _delta_table(title: str, deltas, before: str, after: str) -> Table:
-    table = Table(title=title)
-    for column in ("scenario", before, after, "ratio", "noise", "verdict"):
-        table.add_column(column, justify="left" if column == "scenario" else "right")
+def _step_json(lin, step) -> dict:
+    ind, parent = step.individual, step.parent
+    return {"id": ind.id, "operator": ind.operator, "parent": parent.id if parent else None,
+            "other_parents": step.other_parents, "question_id": ind.question_id, "question_text": step.question_text,
+            "trigger": ind.trigger, "model": ind.model, "status": ind.status, "fitness": ind.fitness,
+            "parent_fitness": parent.fitness if parent else None,
+            "gain": _ratio(parent.fitness if parent else None, ind.fitness if ind.status == "correct" else None),
+            "wins": step.wins, "losses": step.losses, "ties": step.ties, "failure": lin.failure(ind.id)}
+
+
+def _tree_json(lin, node, parent, stars: set[int]) -> dict:
+    ind = node.individual
+    return {"id": ind.id, "operator": ind.operator, "question_id": ind.question_id, "status": ind.status,
+            "fitness": ind.fitness, "parent": parent.id if parent else None,
+            "gain": _ratio(parent.fitness if parent else None, ind.fitness if ind.status == "correct" else None),
+            "failure": lin.failure(ind.id), "best": ind.id in stars, "shown_above": node.repeat,
+            "children": [_tree_json(lin, child, ind, stars) for child in node.children]}
+
+
+def _tree_label(lin, node, parent, stars: set[int]) -> str:
+    return (_kernel_label(lin, node.individual, parent) + (" [yellow]★[/]" if node.individual.id in stars else "")
+            + (" [dim](shown above)[/]" if node.repeat else ""))
+
+
+def _print_rich_trees(lin, trees, stars: set[int]) -> None:
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    def draw(node, parent, branch) -> None:
+        sub = branch.add(_tree_label(lin, node, parent, stars))
+        for child in node.children:
+            draw(child, node.individual, sub)
+
+    for node in trees:
+        top = Tree(f"run {escape(lin.name)}")
+        draw(node, None, top)
+        console.print(top)
+
+
+def _print_plain_trees(lin, trees, stars: set[int]) -> None:
+    """The tree as plain lines (output not a terminal): one kernel per line, nothing wrapped or cut."""
+    from rich.text import Text
+
+    def draw(node, parent, prefix: str, last: bool) -> None:
+        click.echo(prefix + ("└── " if last else "├── ") + Text.from_markup(_tree_label(lin, node, parent, stars)).plain)
+        for n, child in enumerate(node.children):
+            draw(child, node.individual, prefix + ("    " if last else "│   "), n == len(node.children) - 1)
+
+    for node in trees:
+        click.echo(f"run {lin.name}")
+        draw(node, None, "", True)
+
+
+def _print_deltas(title: str, deltas, before: str, after: str) -> None:
+    from rich.text import Text
+
+    from evokernel.output import Column, print_table
+
     colour = {"win": "green", "fixed": "green", "loss": "red", "broke": "red"}
-    for d in deltas:
-        table.add_row(d.name, _fmt(d.before), _fmt(d.after), _fmt(d.ratio), f"{100 * d.noise:.1f}%",
-                      f"[{colour.get(d.verdict, 'dim')}]{d.verdict}[/]")
-    return table
+    console.print(f"[bold]{title}[/]", markup=True, highlight=False, soft_wrap=True)
+    columns = [Column("scenario"), *(Column(c, right=True) for c in (before, after, "ratio", "noise", "verdict"))]
+    print_table(console, columns, [[d.name, _fmt(d.before), _fmt(d.after), _fmt(d.ratio), f"{100 * d.noise:.1f}%",
+                                    Text(d.verdict, style=colour.get(d.verdict, "dim"))] for d in deltas])
+
+
+def _delta_json(d) -> dict:
+    return {"scenario": d.name, "before": d.before, "after": d.after, "ratio": d.ratio, "noise": d.noise,
+            "verdict": d.verdict}
 
 
 @main.command()
 @click.argument("run")
 @click.argument("kernel_id", metavar="ID", type=int)
-def show(run: str, kernel_id: int) -> None:
+@_json_flag
+def show(run: str, kernel_id: int, as_json: bool) -> None:
     """Everything about kernel ID: source, diff against its parents, per-scenario results, build log, LLM exchange.
 
     RUN is a run directory, a run id under ./runs, or 'latest'.
@@ -413,56 +506,73 @@ def show(run: str, kernel_id: int) -> None:
     from rich.markup import escape
     from rich.rule import Rule
     from rich.syntax import Syntax
+    from rich.text import Text
+
+    from evokernel.output import Column, print_json, print_table
 
     with _open_run(run) as lin:
         ind = lin.get(kernel_id)
+        parents = lin.parents(ind.id)
+        if as_json:
+            print_json({
+                "run": lin.name, "id": ind.id, "operator": ind.operator, "parent_ids": ind.parent_ids,
+                "generation": ind.generation, "model": ind.model, "trigger": ind.trigger,
+                "question_id": ind.question_id, "question_text": lin.question_text(ind.question_id),
+                "knobs": ind.knobs, "status": ind.status, "fitness": ind.fitness,
+                "gain": _ratio(parents[0].fitness if parents else None,
+                               ind.fitness if ind.status == "correct" else None),
+                "failure": lin.failure(ind.id), "source_file": lin.source_name(ind.id), "source": lin.source(ind.id),
+                "diffs": [{"parent": p.id, "diff": lin.diff(p.id, ind.id)} for p in parents],
+                "scenarios": lin.scenarios(ind.id),
+                "against_parents": [{"parent": p.id, "scenarios": [_delta_json(d) for d in lin.compare(p.id, ind.id)]}
+                                    for p in parents],
+                "build_log": lin.build_log(ind.id), "llm_call": lin.llm_call(ind.id)})
+            return
         console.print(Rule(f"kernel #{ind.id} of run {escape(lin.name)}"))
-        parents = ", ".join(f"#{p}" for p in ind.parent_ids) or "none (seed)"
-        console.print(_kernel_label(lin, ind))
-        console.print(f"operator {ind.operator} · parents {parents} · generation {ind.generation} · "
+        parent_ids = ", ".join(f"#{p}" for p in ind.parent_ids) or "none (seed)"
+        console.print(_kernel_label(lin, ind), soft_wrap=True)
+        console.print(f"operator {ind.operator} · parents {parent_ids} · generation {ind.generation} · "
                       f"model {escape(ind.model or '-')} · trigger {escape(ind.trigger or '-')} · "
                       f"{escape(lin.source_name(ind.id))}", soft_wrap=True)
         if ind.question_id:
             text = lin.question_text(ind.question_id) or "(text not in the bank or the run)"
             console.print(f"question [magenta]{escape(ind.question_id)}[/]: {escape(text)}", soft_wrap=True)
         if ind.knobs:
-            console.print(f"knobs: {escape(json.dumps(ind.knobs, sort_keys=True))}")
+            console.print(f"knobs: {escape(json.dumps(ind.knobs, sort_keys=True))}", soft_wrap=True)
         language = "cuda" if ind.language == "cuda" else "c"
         console.print(Rule("source"))
         console.print(Syntax(lin.source(ind.id), language, line_numbers=True, word_wrap=True))
-        for parent in lin.parents(ind.id):
+        for parent in parents:
             console.print(Rule(f"diff against parent #{parent.id}"))
             console.print(Syntax(lin.diff(parent.id, ind.id) or "(identical)", "diff", word_wrap=True))
         console.print(Rule("scenarios"))
         rows = lin.scenarios(ind.id)
         if rows:
-            table = Table()
-            for column in ("scenario", "ok", "rel err", "time ms", "original ms", "speedup", "spread", "error"):
-                table.add_column(column, justify="left" if column in ("scenario", "error") else "right")
-            for r in rows:
-                table.add_row(r["name"], "[green]yes[/]" if r["correct"] else "[red]NO[/]", _fmt(r["rel_err"], ".2e"),
-                              _fmt(r["time_ms"], ".4f"), _fmt(r["original_time_ms"], ".4f"), _fmt(r["speedup"]),
-                              "-" if r["spread"] is None else f"{100 * r['spread']:.1f}%", escape(r["error"] or ""))
-            console.print(table)
-            parent = lin.parents(ind.id)[:1]
-            if parent:
-                console.print(_delta_table(f"against parent #{parent[0].id}", lin.compare(parent[0].id, ind.id),
-                                           f"#{parent[0].id}", f"#{ind.id}"))
+            columns = [Column("scenario"), *(Column(c, right=True) for c in ("ok", "rel err", "time ms", "original ms",
+                                                                               "speedup", "spread")), Column("error")]
+            print_table(console, columns, [
+                [r["name"], Text("yes", style="green") if r["correct"] else Text("NO", style="red"),
+                 _fmt(r["rel_err"], ".2e"), _fmt(r["time_ms"], ".4f"), _fmt(r["original_time_ms"], ".4f"),
+                 _fmt(r["speedup"]), "-" if r["spread"] is None else f"{100 * r['spread']:.1f}%", r["error"] or ""]
+                for r in rows])
+            if parents:
+                _print_deltas(f"against parent #{parents[0].id}", lin.compare(parents[0].id, ind.id),
+                              f"#{parents[0].id}", f"#{ind.id}")
         else:
             console.print("[dim]no scenario results (rejected before running, or not evaluated yet)[/]")
         if ind.failure:
-            console.print(f"[red]rejected:[/] {escape(ind.failure)}", soft_wrap=True)
+            console.print(f"[red]rejected:[/] {escape(lin.failure(ind.id))}", soft_wrap=True)
         if ind.build_log:
             console.print(Rule("build log"))
-            console.print(ind.build_log, markup=False, highlight=False)
+            console.print(lin.build_log(ind.id), markup=False, highlight=False, soft_wrap=True)
         call = lin.llm_call(ind.id)
         if call:
             console.print(Rule(f"LLM exchange · {escape(call['model'])} · {call['prompt_tokens'] or '?'} + "
                                f"{call['completion_tokens'] or '?'} tokens · ${call['cost_usd']:.4f}"))
             console.print("[bold]prompt[/]")
-            console.print(call["prompt"], markup=False, highlight=False)
+            console.print(call["prompt"], markup=False, highlight=False, soft_wrap=True)
             console.print("[bold]answer[/]")
-            console.print(call["response"] or call["error"] or "", markup=False, highlight=False)
+            console.print(call["response"] or call["error"] or "", markup=False, highlight=False, soft_wrap=True)
 
 
 @main.command()
@@ -479,8 +589,8 @@ def diff(run: str, id_a: int, id_b: int) -> None:
     with _open_run(run) as lin:
         a, b = lin.get(id_a), lin.get(id_b)
         console.print(Syntax(lin.diff(a.id, b.id) or "(identical sources)", "diff", word_wrap=True))
-        console.print(_delta_table(f"speedup over {lin.speed_reference}: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
-                                   f"#{a.id}", f"#{b.id}"))
+        _print_deltas(f"speedup over {lin.speed_reference}: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
+                      f"#{a.id}", f"#{b.id}")
         console.print(f"geomean: #{a.id} {_fmt(a.fitness)} ({a.status}) -> #{b.id} {_fmt(b.fitness)} ({b.status})"
                       f"{_gain(a.fitness, b.fitness)}")
 
@@ -501,7 +611,7 @@ def export(run: str, fmt: str, output: Path) -> None:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise BadInput("--format parquet needs pyarrow (pip install 'evokernel[report]')") from None
+            raise BadInput("--format parquet needs pyarrow, which evokernel depends on: pip install pyarrow") from None
     with _open_run(run) as lin:
         tables = {"individuals": lin.individuals_table(), "scenario_results": lin.scenarios_table(),
                   "llm_calls": lin.llm_calls_table()}

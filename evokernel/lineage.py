@@ -209,6 +209,18 @@ class Lineage:
         ind = self.get(individual_id)
         return f"sources/{self.store.source_path(ind.source_hash, ind.language).name}"
 
+    def failure(self, individual_id: int) -> str | None:
+        """Why the kernel was rejected; compiler messages name its source file in the run."""
+        from evokernel.harness.build import show_source_paths
+
+        return show_source_paths(self.get(individual_id).failure, self.source_name(individual_id))
+
+    def build_log(self, individual_id: int) -> str:
+        """The compiler's output for the kernel, naming its source file in the run."""
+        from evokernel.harness.build import show_source_paths
+
+        return show_source_paths(self.get(individual_id).build_log or "", self.source_name(individual_id))
+
     @cached_property
     def _scenarios(self) -> dict[int, list[dict]]:
         return {i: self.store.scenario_results(i) for i in self.individuals}
@@ -405,6 +417,15 @@ class Lineage:
                           cost_usd=self.store.total_cost(), started_at=started)
 
     # -- export -------------------------------------------------------------------------------------
+    INDIVIDUAL_COLUMNS = ["id", "parent_ids", "generation", "operator", "question_id", "trigger", "model",
+                          "llm_call_id", "status", "fitness", "fitness_over_parent", "failure", "language", "source",
+                          "source_hash", "normalized_hash", "knobs", "created_at", "started_at", "finished_at",
+                          "eval_seconds", "worker", "device"]
+
+    def _table_columns(self, table: str) -> list[str]:
+        """The columns of a table of the run's database (the header of an export with no rows)."""
+        return [row[1] for row in self.store.db.execute(f"PRAGMA table_info({table})")]
+
     def individuals_table(self) -> pd.DataFrame:
         """One row per kernel (the harness report lives in the scenario table), with parent gain."""
         rows = []
@@ -419,13 +440,17 @@ class Lineage:
                 "normalized_hash": ind.normalized_hash, "knobs": json.dumps(ind.knobs, sort_keys=True), "created_at": ind.created_at,
                 "started_at": ind.started_at, "finished_at": ind.finished_at, "eval_seconds": ind.eval_seconds,
                 "worker": ind.worker, "device": ind.device})
-        return pd.DataFrame(rows)
+        return pd.DataFrame(rows, columns=self.INDIVIDUAL_COLUMNS)
 
     def scenarios_table(self) -> pd.DataFrame:
-        return pd.DataFrame([row for results in self._scenarios.values() for row in results])
+        """One row per kernel and scenario; the columns are there even when no kernel ran."""
+        rows = [row for results in self._scenarios.values() for row in results]
+        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=self._table_columns("scenario_results"))
 
     def llm_calls_table(self) -> pd.DataFrame:
-        return pd.DataFrame(self.store.llm_calls())
+        """One row per LLM call; the columns are there even in a run without any."""
+        rows = self.store.llm_calls()
+        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=self._table_columns("llm_calls"))
 
 
 def find_runs(root: Path = DEFAULT_RUNS) -> list[RunSummary]:

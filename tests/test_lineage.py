@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -232,9 +233,42 @@ def test_lineage_tree(runs_dir):
     out = result.output
     assert "#3 question-mutation q-layer 1.598" in out and "#5 repair 1.495" in out and "#8" in out
     assert "#2" not in out and out.index("#4") < out.index("#5")
-    result = cli("lineage", "demo", "--tree")
+    result = cli("lineage", "demo", "--tree", "--best")  # only the paths from the seed to the best kernel
     assert "#1 seed" in result.output and "(shown above)" in result.output and "#4" not in result.output
     assert result.output.count("★") == 2  # #6 under #3 and again under its second parent #2
+
+
+def test_lineage_tree_without_id_is_the_whole_descendant_tree(runs_dir):
+    out = cli("lineage", "demo", "--tree").output
+    lines = out.splitlines()
+    assert lines[0] == "run demo" and "#1 seed" in lines[1]
+    for kernel in range(1, 9):  # every kernel of the run, rejected and pending ones too
+        assert f"#{kernel} " in out, kernel
+    assert out.count("★") == 2 and "(shown above)" in out
+    # the compiler message is not cut
+    assert "#7 knob-mutation rejected: candidate does not compile: x.c:5: error: expected ';'" in out
+
+
+def test_lineage_tree_gain_is_over_the_parent_it_is_shown_under(runs_dir):
+    out = cli("lineage", "demo", "--tree").output
+    under = [line for line in out.splitlines() if "#6 question-crossover" in line]
+    assert len(under) == 2
+    assert "1.802 (+12.8%)" in under[0] and "(shown above)" not in under[0]  # 1.802 / 1.598 (#3)
+    assert "1.802 (+50.7%)" in under[1] and "(shown above)" in under[1]  # 1.802 / 1.196 (#2), not over #3
+    result = cli("lineage", "demo", "--tree", "--json")
+    assert result.exit_code == 0, result.output
+    [root] = json.loads(result.output)
+
+    def nodes(node):
+        yield node
+        for child in node["children"]:
+            yield from nodes(child)
+
+    sixes = {n["parent"]: n for n in nodes(root) if n["id"] == 6}
+    assert set(sixes) == {2, 3}
+    assert math.isclose(sixes[3]["gain"], 2.2 ** (1 / 3) * 1.4 ** (1 / 3) * 1.9 ** (1 / 3) / 1.597914 - 1, rel_tol=1e-4)
+    assert math.isclose(sixes[2]["gain"], 1.802055 / 1.195819 - 1, rel_tol=1e-4)
+    assert sixes[2]["shown_above"] and sixes[2]["best"] and not sixes[3]["shown_above"]
 
 
 def test_lineage_bad_input_exits_2(runs_dir):

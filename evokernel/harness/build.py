@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import time
@@ -19,6 +20,9 @@ from pathlib import Path
 from evokernel.harness.sandbox import SCRATCH, run_isolated
 
 LOG_LIMIT = 6000
+# Where a candidate's source sits while it is compiled: SCRATCH in the sandbox, a build-cache
+# directory without one (older logs); compiler messages name it instead of the user's file.
+_SOURCE_PATH = re.compile(r"(?:/evk/scratch|[^\s:'\"`]*/build/[0-9a-f]{24}\.tmp\d+)/kernel\.(?:cu|c)\b")
 
 
 @dataclass
@@ -89,6 +93,18 @@ def _trim(log: str) -> str:
     return log[:half] + "\n... [trimmed] ...\n" + log[-half:]
 
 
+def show_source_paths(text: str | None, name: str) -> str | None:
+    """`text` (a compiler message) with the build's path of the source replaced by `name`."""
+    return None if text is None else _SOURCE_PATH.sub(lambda _: name, text)
+
+
+def first_error_lines(log: str, lines: int = 8) -> list[str]:
+    """The compiler's first error and the lines that follow it (the offending source line, the caret)."""
+    all_lines = log.splitlines()
+    start = next((n for n, line in enumerate(all_lines) if re.search(r"\berror\b", line, re.IGNORECASE)), None)
+    return [] if start is None else all_lines[start:start + lines]
+
+
 def build(source: str, language: str, header: Path, timeout_s: float = 180.0) -> BuildResult:
     """Compile `source` (text) against the task's ABI header; reuse an earlier build of the same input."""
     suffix = ".cu" if language == "cuda" else ".c"
@@ -110,6 +126,7 @@ def build(source: str, language: str, header: Path, timeout_s: float = 180.0) ->
             raise FileNotFoundError(command[0])
         proc = run_isolated(command, scratch, [header.parent, *toolchain_dirs(command[0])], timeout_s)
         log, ok = _trim((proc.stdout + proc.stderr).strip()), proc.returncode == 0
+        log = log.replace(str(scratch), str(SCRATCH))  # the same log with or without the sandbox
     except subprocess.TimeoutExpired:
         log, ok = f"compile timed out after {timeout_s:.0f} s", False
     except FileNotFoundError:

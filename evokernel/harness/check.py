@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evokernel.errors import BadInput
 from evokernel.harness import guard
-from evokernel.harness.build import BuildResult, build
+from evokernel.harness.build import BuildResult, build, show_source_paths
 from evokernel.harness.judge import judge
 from evokernel.harness.report import CheckReport
 from evokernel.harness.sandbox import isolation, run_worker
@@ -133,4 +133,8 @@ def check_kernel(path: Path, task: Task | str, options: CheckOptions | None = No
     """Check a kernel file (see `check_source`)."""
     if not path.is_file():
         raise BadInput(f"kernel file not found: {path}")
-    return check_source(path.read_text(), task, options, kernel_name=str(path))
+    report = check_source(path.read_text(), task, options, kernel_name=str(path))
+    # compiler messages name the file the user gave, not where it was compiled
+    report.failure = show_source_paths(report.failure, str(path))
+    report.build_log = show_source_paths(report.build_log, str(path))
+    return report
