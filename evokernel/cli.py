@@ -142,8 +142,26 @@ def tasks() -> None:
 
 # -- search (evokernel run) -----------------------------------------------------------------------
 
+def parse_duration(text: str) -> float:
+    """Seconds from "90", "90s", "30m", "1.5h" or "1h30m"; BadInput naming --wall-time otherwise."""
+    import re
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)", text.strip().lower())
+    if not parts or re.sub(r"(\d+(?:\.\d*)?|\.\d+)\s*[smhd]?", "", text.strip().lower()).strip() \
+            or (len(parts) > 1 and not all(unit for _, unit in parts)):
+        raise BadInput(f"--wall-time '{text}': expected seconds or a duration such as 90, 45s, 30m, 1.5h or 1h30m")
+    return sum(float(number) * units[unit or "s"] for number, unit in parts)
+
+
+# command-line override -> (config field it sets, as parse_config names it)
+RUN_OVERRIDES = {"--scenarios": "scenarios", "--seed": "random_seed", "--population": "population_size",
+                 "--wall-time": "budget.wall_time_s", "--usd": "budget.usd", "--budget": "budget.evaluations"}
+
+
 def _run_config(config_path: Path | None, resume: Path | None, model: str | None, api_base: str | None,
-                budget: int | None, address: str | None):
+                budget: int | None, address: str | None, scenarios: str | None = None, random_seed: int | None = None,
+                population: int | None = None, wall_time: str | None = None, usd: float | None = None):
     """The config of a new or resumed run, with the command-line overrides applied and validated."""
     from evokernel.config import load_config, parse_config
     from evokernel.defaults import default_config_path
@@ -166,11 +184,38 @@ def _run_config(config_path: Path | None, resume: Path | None, model: str | None
             raise BadInput("--api-base needs a model (--model, or llm.models in the config)")
         for entry in data["llm"]["models"]:
             entry["api_base"] = api_base
+    if resume is not None:
+        fixed = [name for name, value in (("--scenarios", scenarios), ("--population", population),
+                                          ("--seed", random_seed)) if value is not None]
+        if fixed:
+            raise BadInput(f"{', '.join(fixed)}: a resumed run keeps its own (only budgets and models may change)")
+    given = {}
     if budget is not None:
-        data["budget"]["evaluations"] = budget
+        data["budget"]["evaluations"] = given["--budget"] = budget
     if address is not None:
         data["resources"]["address"] = address
-    return parse_config(data, f"{config_path} (with command-line options)")
+    if scenarios is not None:
+        data["scenarios"] = given["--scenarios"] = scenarios
+    if random_seed is not None:
+        data["random_seed"] = given["--seed"] = random_seed
+    if population is not None:
+        data["population_size"] = given["--population"] = population
+    if wall_time is not None:
+        data["budget"]["wall_time_s"] = parse_duration(wall_time)
+        given["--wall-time"] = wall_time
+    if usd is not None:
+        data["budget"]["usd"] = given["--usd"] = usd
+    try:
+        return parse_config(data, f"{config_path} (with command-line options)")
+    except BadInput as exc:  # name the option rather than the config field it set
+        for option, value in given.items():
+            field = RUN_OVERRIDES[option]
+            prefix = f"{config_path} (with command-line options): field '{field}': "
+            if str(exc).startswith(prefix):
+                raise BadInput(f"{option} {value}: {str(exc)[len(prefix):]}") from None
+            if field == "scenarios" and "field 'task'/'scenarios'" in str(exc):
+                raise BadInput(f"--scenarios {value}: {str(exc).split(': ', 2)[-1]}") from None
+        raise
 
 
 def _progress_table(stats) -> Table:
@@ -234,18 +279,26 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
 @click.option("--model", help="LLM for the question operators (any litellm model string).")
 @click.option("--api-base", help="API base URL for the model (e.g. a local OpenAI-compatible server).")
 @click.option("--budget", type=click.IntRange(1), help="Evaluations in total (a resumed run counts earlier ones).")
+@click.option("--scenarios", help="Scenario set the fitness is measured on (see `evokernel tasks`).")
+@click.option("--seed", "random_seed", type=int, help="Random seed of the search (selection, operators).")
+@click.option("--population", type=int, help="Population size (at least 2).")
+@click.option("--wall-time", help="Wall-time budget: no new proposals after this long (seconds, or e.g. 45s, 30m, "
+                                  "1.5h, 1h30m).")
+@click.option("--usd", type=float, help="LLM budget in US dollars: no new LLM proposals once it is spent.")
 @click.option("--address", help="Ray cluster to join ('auto' for the one this machine belongs to).")
 @click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this directory.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Where new run directories are created.")
 def run(config_path: Path | None, model: str | None, api_base: str | None, budget: int | None,
-        address: str | None, resume: Path | None, runs_dir: Path) -> None:
+        address: str | None, resume: Path | None, runs_dir: Path, scenarios: str | None, random_seed: int | None,
+        population: int | None, wall_time: str | None, usd: float | None) -> None:
     """Evolve kernels: CONFIG (default: the embedded CPU or GPU config) on a local Ray instance or a cluster."""
     from rich.live import Live
 
     from evokernel.search import Search, new_run_dir
 
-    config = _run_config(config_path, resume, model, api_base, budget, address)
+    config = _run_config(config_path, resume, model, api_base, budget, address, scenarios=scenarios,
+                         random_seed=random_seed, population=population, wall_time=wall_time, usd=usd)
     run_dir = resume if resume is not None else new_run_dir(runs_dir)
     console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'", soft_wrap=True)
     warn_if_not_isolated()
