@@ -112,7 +112,14 @@
       layer.sort((a, b) => a.bary - b.bary || a.id - b.id);
       layer.forEach((n, i) => slot.set(n.id, i - (layer.length - 1) / 2));
     });
-    const DX = 170, DY = 64, R = 15, widest = Math.max(1, ...layers.map((l) => l.length));
+    // Edge labels sit in the gap between two columns of nodes, clear of the circles and of the values
+    // written under them: the gap grows with the longest label (up to a limit; longer ones are shortened).
+    const R = 15, NODE_HALF = 26, PAD = 4, CHAR = 6.2, LABEL_DY = 12;
+    const labelled = graph.edges.filter((e) => e.label && e.primary);
+    const longest = Math.max(0, ...labelled.map((e) => e.label.length));
+    const DX = Math.max(170, Math.min(420, 2 * (NODE_HALF + PAD) + longest * CHAR));
+    const room = DX - 2 * (NODE_HALF + PAD), fitChars = Math.floor(room / CHAR);
+    const DY = 64, widest = Math.max(1, ...layers.map((l) => l.length));
     const W = 60 + (layers.length - 1) * DX + 80, H = widest * DY + 30;
     svg.setAttribute("width", W); svg.setAttribute("height", H);
     const px = (n) => 40 + n.depth * DX, py = (n) => H / 2 + slot.get(n.id) * DY;
@@ -120,11 +127,29 @@
     const lo = Math.min(...fits), hi = Math.max(...fits);
     const colour = (n) => (n.fitness === null ? "#e4e7ec" : ramp(hi > lo ? (n.fitness - lo) / (hi - lo) : 1));
     const edges = el("g", { class: "edges" }, svg), nodes = el("g", { class: "nodes" }, svg);
+    const gaps = new Map();  // target depth -> labels in the gap before that column
     graph.edges.forEach((e) => {
       const a = byId.get(e.source), b = byId.get(e.target);
       const x1 = px(a) + R, y1 = py(a), x2 = px(b) - R, y2 = py(b), mx = (x1 + x2) / 2;
       el("path", { d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, class: "edge" + (e.primary ? "" : " secondary") }, edges);
-      if (e.label && e.primary) el("text", { x: mx, y: (y1 + y2) / 2 - 4, "text-anchor": "middle", class: "elabel" }, edges, e.label);
+      if (!(e.label && e.primary)) return;
+      // where the curve crosses the middle of the last gap before the target (an edge may skip columns)
+      const gx = px(b) - DX / 2;
+      let lo = 0, hi = 1;
+      const bx = (t) => (1 - t) ** 3 * x1 + 3 * (1 - t) ** 2 * t * mx + 3 * (1 - t) * t * t * mx + t ** 3 * x2;
+      for (let i = 0; i < 40; i++) { const t = (lo + hi) / 2; if (bx(t) < gx) lo = t; else hi = t; }
+      const t = (lo + hi) / 2, cy = (1 - t) ** 3 * y1 + 3 * (1 - t) ** 2 * t * y1 + 3 * (1 - t) * t * t * y2 + t ** 3 * y2;
+      (gaps.get(b.depth) || gaps.set(b.depth, []).get(b.depth)).push({ x: gx, y: cy - 4, label: e.label });
+    });
+    gaps.forEach((labels) => {  // labels of one gap never share a line
+      labels.sort((p, q) => p.y - q.y);
+      labels.forEach((l, i) => { if (i) l.y = Math.max(l.y, labels[i - 1].y + LABEL_DY); });
+      labels.forEach((l) => {
+        const short = l.label.length > fitChars ? l.label.slice(0, Math.max(1, fitChars - 1)) + "…" : l.label;
+        const text = el("text", { x: l.x, y: l.y, "text-anchor": "middle", class: "elabel" }, edges, short);
+        if (short !== l.label) el("title", {}, text, l.label);
+      });
+      svg.setAttribute("height", Math.max(+svg.getAttribute("height"), labels[labels.length - 1].y + 8));
     });
     graph.nodes.forEach((n) => {
       const g = linked(el("g", { class: "node " + n.status + (n.top ? " top" : ""), "data-id": n.id,
