@@ -54,14 +54,15 @@ def test_a_user_question_is_asked_in_a_run_and_shows_in_bank_stats(tmp_path):
         (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
         ran = evokernel("run", "config.yaml", "--runs-dir", "runs", cwd=tmp_path, env=env)
         assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
-        asked = len(server.requests)
+        asked = sum(1 for request in server.requests  # questions, not a check call before the search
+                    if request["messages"][0]["content"].startswith("# Question"))
     [run_dir] = list((tmp_path / "runs").iterdir())
     assert asked >= 1 and list((run_dir / "llm_cache").glob("*.json"))
     stats = evokernel("bank", "stats", str(run_dir), cwd=tmp_path, env=env)
     assert stats.returncode == 0, stats.stderr
     row = next(line for line in stats.stdout.splitlines() if "l2-reuse" in line)
-    cells = [cell.strip() for cell in row.split("│")]
-    assert int(cells[2]) == asked and int(cells[3]) >= 1 and "neighbouring thread blocks" in stats.stdout
+    cells = row.split("\t")  # piped output: one tab-separated line per question
+    assert int(cells[1]) == asked and int(cells[2]) >= 1 and "neighbouring thread blocks" in stats.stdout
     review = evokernel("bank", "review", str(run_dir), cwd=tmp_path, env=env)
-    better = int(cells[4])
+    better = int(cells[3])
     assert (PROPOSED[:40] in review.stdout) == (better > 0), review.stdout
