@@ -75,7 +75,9 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     cost_usd REAL NOT NULL DEFAULT 0,
     latency_s REAL,
     cached INTEGER NOT NULL DEFAULT 0,
-    error TEXT
+    error TEXT,
+    reason TEXT,
+    question_key TEXT
 );
 CREATE TABLE IF NOT EXISTS trigger_events (
     id INTEGER PRIMARY KEY,
@@ -167,6 +169,8 @@ class LLMCall:
     latency_s: float | None = None
     cached: bool = False
     error: str | None = None
+    reason: str | None = None  # why the call failed, in a few words (see mutations/llm.py failure_reason)
+    question_key: str | None = None  # what defines the question (model, operator, question, parents): replay key
     created_at: float = field(default_factory=time.time)
     id: int | None = None
 
@@ -189,6 +193,10 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(llm_calls)")}
+            for name in ("reason", "question_key"):  # runs recorded before these columns existed
+                if name not in columns:
+                    self.db.execute(f"ALTER TABLE llm_calls ADD COLUMN {name} TEXT")
         self.db.row_factory = sqlite3.Row
 
     def close(self) -> None:
@@ -307,6 +315,15 @@ class Store:
     def llm_call(self, call_id: int) -> dict | None:
         row = self.db.execute("SELECT * FROM llm_calls WHERE id = ?", (call_id,)).fetchone()
         return dict(row) if row else None
+
+    def llm_failures(self) -> dict[str, int]:
+        """Failed LLM calls by reason, most frequent first (calls recorded without a reason count as 'error')."""
+        counts: dict[str, int] = {}
+        for call in self.llm_calls():
+            if call["error"] is not None:
+                reason = call.get("reason") or "error"
+                counts[reason] = counts.get(reason, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
     def total_cost(self) -> float:
         return float(self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM llm_calls").fetchone()[0])
