@@ -218,6 +218,43 @@ def _run_config(config_path: Path | None, resume: Path | None, model: str | None
         raise
 
 
+def _with_replay(config, replay: Path):
+    """Answers from RUN_DIR's recorded calls; a config without models takes the replayed run's."""
+    from evokernel.config import ModelConfig
+    from evokernel.store import Store
+
+    if not (replay / "lineage.db").is_file():
+        raise BadInput(f"--replay {replay}: not a run directory (no lineage.db)")
+    config.llm.replay_from = replay.resolve()
+    if not config.llm.models:
+        with Store(replay, readonly=True) as store:
+            recorded = (store.meta().get("config") or {}).get("llm", {}).get("models") or []
+        if not recorded:
+            raise BadInput(f"--replay {replay}: that run had no model (and CONFIG names none)")
+        config.llm.models = [ModelConfig.model_validate(entry) for entry in recorded]
+    return config
+
+
+def _llm_preflight(config, check: bool) -> None:
+    """Before the search: a USD budget needs a price per model; one short call per model (unless skipped)
+    turns a wrong model name, key or endpoint into a one-line error. A replay calls no model."""
+    from evokernel.search import LLM_OPERATORS
+
+    weights = config.operators.as_dict()
+    if not config.llm.models or not any(weights.get(name, 0) > 0 for name in LLM_OPERATORS):
+        return
+    from evokernel.mutations.llm import LLMClient, all_models, check_prices, replay_answers
+
+    if config.llm.replay_from is not None:
+        replay_answers(config.llm.replay_from)  # one line when there is nothing to replay
+        return
+    check_prices(config)
+    if check:
+        console.print(f"[dim]checking {len(all_models(config.llm))} model(s) with one short call each "
+                      "(skip with --no-llm-check)[/]")
+        LLMClient(config.llm).check()
+
+
 def _progress_table(stats) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -257,6 +294,15 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
     stats = result.stats
     console.print(f"\nrun {result.status}: {result.reason} · {stats.evaluations} evaluations, "
                   f"{sum(stats.failures.values())} rejected, {stats.duplicates} duplicates skipped", soft_wrap=True)
+    if stats.llm:
+        with Store(run_dir, readonly=True) as store:
+            calls, failed = store.llm_calls(), store.llm_failures()
+        cached = sum(1 for call in calls if call["cached"])
+        console.print(f"LLM calls: {len(calls)}" + (f" ({cached} answered from the cache or the replayed run)"
+                                                    if cached else "")
+                      + f", {sum(failed.values())} failed"
+                      + (": " + ", ".join(f"{reason} {n}" for reason, n in failed.items()) if failed else ""),
+                      soft_wrap=True, markup=False, highlight=False)
     if result.best is None:
         console.print("[bold red]no correct kernel[/]")
         return
@@ -289,9 +335,13 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
 @click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this directory.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="Where new run directories are created.")
+@click.option("--replay", type=click.Path(path_type=Path),
+              help="Answer the questions from this run's recorded LLM calls, without any network.")
+@click.option("--no-llm-check", is_flag=True, help="Skip the short call to each model before the search starts.")
 def run(config_path: Path | None, model: str | None, api_base: str | None, budget: int | None,
-        address: str | None, resume: Path | None, runs_dir: Path, scenarios: str | None, random_seed: int | None,
-        population: int | None, wall_time: str | None, usd: float | None) -> None:
+        address: str | None, resume: Path | None, runs_dir: Path, replay: Path | None, no_llm_check: bool,
+        scenarios: str | None, random_seed: int | None, population: int | None, wall_time: str | None,
+        usd: float | None) -> None:
     """Evolve kernels: CONFIG (default: the embedded CPU or GPU config) on a local Ray instance or a cluster."""
     from rich.live import Live
 
@@ -299,6 +349,9 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
 
     config = _run_config(config_path, resume, model, api_base, budget, address, scenarios=scenarios,
                          random_seed=random_seed, population=population, wall_time=wall_time, usd=usd)
+    if replay is not None:
+        config = _with_replay(config, replay)
+    _llm_preflight(config, check=not no_llm_check)
     run_dir = resume if resume is not None else new_run_dir(runs_dir)
     console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'", soft_wrap=True)
     warn_if_not_isolated()
@@ -315,7 +368,8 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
                 seen[0] = stats.last
                 click.echo(_log_line(stats))
 
-    search = Search(config, run_dir, resume=resume is not None, progress=progress, notify=console.print)
+    search = Search(config, run_dir, resume=resume is not None, progress=progress,
+                    notify=lambda line: console.print(line, soft_wrap=True))
     if live is not None:
         with live:
             result = search.run()

@@ -40,8 +40,18 @@ class ModelConfig(Strict):
     weight: float = Field(1.0, gt=0)
     api_base: str | None = None
     api_key_env: str | None = Field(None, description="environment variable holding the API key (default: litellm's)")
-    usd_per_mtok_in: float | None = Field(None, ge=0, description="price override per million prompt tokens")
-    usd_per_mtok_out: float | None = Field(None, ge=0, description="price override per million completion tokens")
+    usd_per_mtok_in: float | None = Field(None, ge=0, description="USD per million prompt tokens (over litellm's price)")
+    usd_per_mtok_out: float | None = Field(None, ge=0, description="USD per million completion tokens (with _in)")
+
+    @model_validator(mode="after")
+    def _both_prices(self) -> "ModelConfig":
+        if (self.usd_per_mtok_in is None) != (self.usd_per_mtok_out is None):
+            raise ValueError("give both usd_per_mtok_in and usd_per_mtok_out, or neither")
+        return self
+
+    @property
+    def priced(self) -> bool:
+        return self.usd_per_mtok_in is not None
 
 
 class LLMConfig(Strict):
@@ -50,12 +60,19 @@ class LLMConfig(Strict):
     temperature: float = Field(0.7, ge=0, le=2)
     max_tokens: int = Field(8192, ge=256)
     timeout_s: float = Field(300, gt=0)
-    max_retries: int = Field(3, ge=0)
+    max_retries: int = Field(3, ge=0, description="retries of a transient failure (rate limit, connection, server "
+                             "error) per model, by litellm; a wrong key, model or request and a timeout are not")
     max_concurrent: int = Field(4, ge=1, description="LLM proposals in flight at once")
-    cache: bool = Field(True, description="cache answers by prompt in the run directory (replay without an API)")
-    cache_dir: Path | None = Field(None, description="answer cache directory (default: <run>/llm_cache); "
-                                   "point at an earlier run's cache to replay it without an API")
-    retry_backoff_s: float = Field(2.0, ge=0, description="first wait after a rate limit; doubles per retry")
+    cache: bool = Field(True, description="cache answers by question (model, operator, question id, parent "
+                        "sources, prompt version) in the run directory; a resumed run takes them before asking")
+    cache_dir: Path | None = Field(None, description="answer cache directory (default: <run>/llm_cache); an "
+                                   "earlier run's cache answers first, a model is asked on a miss")
+    retry_backoff_s: float = Field(2.0, ge=0, description="0: retry at once; otherwise litellm's exponential "
+                                   "backoff between retries (1 s, doubling, at most 10 s)")
+    max_consecutive_failures: int = Field(5, ge=1, description="calls in a row failed on every model that stop the "
+                                          "question operators for the rest of the session (knob operators go on)")
+    replay_from: Path | None = Field(None, description="a run directory whose recorded answers answer this run's "
+                                     "questions, without any network (`evokernel run --replay RUN_DIR`)")
 
 
 class BankConfig(Strict):
@@ -135,6 +152,8 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunCo
         config.bank.stats_from = [p if p.is_absolute() else (base_dir / p) for p in config.bank.stats_from]
         if config.llm.cache_dir is not None and not config.llm.cache_dir.is_absolute():
             config.llm.cache_dir = base_dir / config.llm.cache_dir
+        if config.llm.replay_from is not None and not config.llm.replay_from.is_absolute():
+            config.llm.replay_from = base_dir / config.llm.replay_from
     for index, seed in enumerate(config.seeds):
         if not seed.is_file():
             raise BadInput(f"{source}: field 'seeds.{index}': file not found: {seed}")

@@ -125,6 +125,13 @@ def cost_html(run: Lineage) -> str:
              str(int(r.completion_tokens or 0)), f"${r.cost_usd:.4f}", _num(r.mean_latency_s, ".1f")]
             for r in frame.itertuples()]
     total = f'<p>Total: <b>${run.store.total_cost():.4f}</b> over {int(frame["calls"].sum())} LLM calls.</p>'
+    failed = run.store.llm_failures()
+    if failed:
+        total += ("<p>Failed LLM calls by reason: " + ", ".join(f"{_e(reason)} <b>{n}</b>" for reason, n in failed.items())
+                  + ".</p>")
+    stopped = run.store.meta().get("llm_stopped")
+    if stopped:
+        total += f'<p class="bad">{_e(stopped)}</p>'
     return total + _table(["model", "calls", "cached", "errors", "prompt tokens", "completion tokens", "cost",
                            "mean latency s"], rows, {0}, "no LLM call in this run")
 

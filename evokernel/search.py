@@ -190,6 +190,7 @@ class Search:
         self.stop_reason: str | None = None  # why no more proposals are made
         self.halted = False  # time or money is spent, or interrupted: queued kernels wait for a resume
         self._local = threading.local()
+        self.llm_stopped: str | None = None  # why the question operators stopped, once the LLM client gave up
 
     # -- set-up -----------------------------------------------------------------------------------
     def _setup_meta(self) -> None:
@@ -341,6 +342,22 @@ class Search:
             return False
         return len(self.queue) + len(self.proposing) < self.lookahead
 
+    def _llm_stopped(self) -> bool:
+        """Whether the LLM client gave up (every model failed too often in a row); said once, in one line."""
+        client = self.services.get("llm")
+        if client is None or client.unavailable is None:
+            return False
+        if self.llm_stopped is None:
+            knobs = any(not op.uses_llm for op in self.ops.values())
+            self.llm_stopped = (f"question operators stopped: {client.unavailable}; "
+                                + ("the run goes on with the knob operators" if knobs else "no other operator"))
+            self.notify(self.llm_stopped)
+            self.stats.last = self.llm_stopped
+            self.store.set_meta("llm_stopped", self.llm_stopped)
+            if not knobs:
+                self.stop_reason = self.stop_reason or self.llm_stopped
+        return True
+
     def _start_proposals(self, executor: ThreadPoolExecutor) -> None:
         while self.stop_reason is None and self._room():
             if self.unproductive >= UNPRODUCTIVE_LIMIT:
@@ -348,7 +365,7 @@ class Search:
                                     "or failed")
                 return
             llm_room = sum(1 for job in self.proposing.values() if self.ops[job.operator].uses_llm) \
-                < self.config.llm.max_concurrent
+                < self.config.llm.max_concurrent and not self._llm_stopped()
             job = self._next_job(llm_room)
             if job is None:
                 return

@@ -23,7 +23,7 @@ def model(server: FakeLLMServer, name: str = "fake", **extra) -> dict:
 
 
 def llm_config(*models: dict, **extra) -> LLMConfig:
-    settings = {"retry_backoff_s": 0.01, "timeout_s": 5, "max_retries": 2, **extra}
+    settings = {"retry_backoff_s": 0, "timeout_s": 5, "max_retries": 2, **extra}
     return LLMConfig(models=list(models), **settings)
 
 
@@ -48,14 +48,22 @@ def test_answer_is_recorded_with_tokens_cost_and_latency(store):
     assert call["cost_usd"] == pytest.approx(expected) and store.total_cost() == pytest.approx(expected)
 
 
-def test_rate_limits_are_retried_with_backoff_and_every_attempt_recorded(store):
+def test_rate_limits_are_retried_by_litellm_and_the_answer_recorded_once(store):
     with FakeLLMServer([{"status": 429}, {"status": 429}, "after the wait"]) as server:
         client = LLMClient(llm_config(model(server)), store)
         answer = client.ask("prompt", random.Random(0))
     assert answer.text == "after the wait" and len(server.requests) == 3
-    calls = store.llm_calls()
-    assert [c["error"] is not None for c in calls] == [True, True, False]
-    assert "RateLimitError" in calls[0]["error"]
+    [call] = store.llm_calls()
+    assert call["error"] is None and call["response"] == "after the wait"
+
+
+def test_a_wrong_key_is_not_retried_and_its_reason_is_recorded(store):
+    with FakeLLMServer([{"status": 401}, "never asked"]) as server:
+        client = LLMClient(llm_config(model(server)), store)
+        with pytest.raises(ProposalFailed, match="authentication failed"):
+            client.ask("prompt", random.Random(0))
+    assert len(server.requests) == 1
+    assert store.llm_failures() == {"authentication failed": 1}
 
 
 def test_rate_limits_beyond_the_retries_fail_without_crashing(store):
@@ -64,6 +72,7 @@ def test_rate_limits_beyond_the_retries_fail_without_crashing(store):
         with pytest.raises(ProposalFailed, match="RateLimitError") as info:
             client.ask("prompt", random.Random(0))
     assert len(server.requests) == 3 and info.value.llm_call_id == store.llm_calls()[-1]["id"]
+    assert store.llm_failures() == {"rate limited": 1}
 
 
 def test_timeout_falls_back_to_the_next_model(store):
@@ -74,6 +83,7 @@ def test_timeout_falls_back_to_the_next_model(store):
     assert answer.model == "openai/backup" and answer.text == "from the fallback"
     first, second = store.llm_calls()
     assert first["model"] == "openai/slow" and "Timeout" in first["error"] and second["error"] is None
+    assert first["reason"] == "timeout"
     assert [r["model"] for r in server.requests] == ["slow", "backup"]
 
 

@@ -48,7 +48,7 @@ def test_a_user_question_is_asked_in_a_run_and_shows_in_bank_stats(tmp_path):
                   "operators": {"knob-mutation": 0, "knob-crossover": 0, "question-mutation": 1,
                                 "question-crossover": 0, "repair": 0},
                   "llm": {"models": [{"model": "openai/fake", "api_base": server.api_base, "api_key_env": "EVK_FAKE_KEY"}],
-                          "retry_backoff_s": 0.01},
+                          "retry_backoff_s": 0},
                   "bank": {"builtin": False, "dirs": ["ubank"]}, "budget": {"evaluations": 6},
                   "resources": {"gpus_per_evaluation": 0, "max_parallel": 2}}
         (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))

@@ -1,9 +1,15 @@
-"""LLM access through litellm: weighted models with fallbacks, retries on rate limits, a USD budget,
-every call (tokens, cost, latency, error) recorded in the store, and an answer cache for replay.
+"""LLM access through litellm: weighted models with fallbacks, retries of transient failures (litellm's
+`num_retries` with a retry policy), a USD budget, every call (tokens, cost, latency, failure reason)
+recorded in the store, an answer cache and replay of another run's answers.
 
-The cache is keyed by the hash of the prompt and the number of times this run has asked that prompt
-before, so replaying a run asks the same prompts in the same order and gets the same answers
-without an API. litellm is imported on the first real call only (it takes seconds to import).
+Answers are keyed on what defines the question, not on the prompt text (which holds measured times):
+the model, the operator, the question id, the hashes of the parents' sources and the prompt template
+version (`question_key`). The n-th time a run asks a question it takes the n-th answer recorded for
+that key: from the run's cache directory (then a model on a miss), or, replaying, from the replayed
+run's recorded calls only (a miss is a failed call, never a network request).
+
+litellm is imported on the first real call only (it takes seconds to import), with its cost map kept
+local (LITELLM_LOCAL_MODEL_COST_MAP=True unless the user set it): no network at import, no warnings.
 """
 
 from __future__ import annotations
@@ -18,9 +24,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from evokernel.config import LLMConfig, ModelConfig
+from evokernel.config import LLMConfig, ModelConfig, RunConfig
+from evokernel.errors import BadInput
 from evokernel.mutations import ProposalFailed
-from evokernel.store import LLMCall
+from evokernel.mutations.prompts import PROMPT_VERSION
+from evokernel.store import LLMCall, Store
+
+PLACEHOLDER_KEY = "no-key"  # sent to a local --api-base when the environment holds no key: such servers need none
+NOT_REPLAYED = "not in the replayed run"
+CHECK_PROMPT = "Reply with the word OK."
 
 
 class BudgetExhausted(ProposalFailed):
@@ -38,7 +50,8 @@ class Answer:
 
 
 def _litellm():
-    """litellm, imported on first use (slow to import) and kept quiet."""
+    """litellm, imported on first use (slow to import), with its local cost map, and kept quiet."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.suppress_debug_info = True
@@ -49,14 +62,110 @@ def prompt_key(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()[:32]
 
 
+def question_key(model: str, operator: str | None, question_id: str | None, parent_hashes: list[str],
+                 prompt: str) -> str:
+    """What defines a question, hashed: model, operator, question id, parents' sources, prompt version.
+
+    A call that is not a question from the bank (no question id) is keyed on its prompt as well.
+    """
+    fields = {"model": model, "operator": operator, "question": question_id, "parents": list(parent_hashes),
+              "prompt_version": PROMPT_VERSION}
+    if question_id is None:
+        fields["prompt"] = prompt_key(prompt)
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a call failed, in a few words, from litellm's exception classes (and the cause they wrap)."""
+    import litellm
+    import openai
+
+    if isinstance(exc, litellm.Timeout) or any(isinstance(e, openai.APITimeoutError) for e in _chain(exc)):
+        return "timeout"
+    if isinstance(exc, litellm.APIConnectionError) or any(isinstance(e, openai.APIConnectionError)
+                                                          for e in _chain(exc)):
+        return "connection failed"  # litellm reports a refused connection as an InternalServerError
+    if "Missing credentials" in str(exc):
+        return "no API key"
+    for cls, reason in ((litellm.AuthenticationError, "authentication failed"),
+                        (litellm.PermissionDeniedError, "permission denied"),
+                        (litellm.NotFoundError, "model or endpoint not found"),
+                        (litellm.RateLimitError, "rate limited"),
+                        (litellm.ContextWindowExceededError, "context window exceeded"),
+                        (litellm.ContentPolicyViolationError, "content policy"),
+                        (litellm.BadRequestError, "bad request"),
+                        (litellm.ServiceUnavailableError, "service unavailable"),
+                        (litellm.InternalServerError, "server error"),
+                        (litellm.APIError, "API error")):
+        if isinstance(exc, cls):
+            return reason
+    return type(exc).__name__
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def replay_answers(run_dir: Path) -> dict[str, list[dict]]:
+    """The answers recorded in a run, by question key, in the order they were given (BadInput if none)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "lineage.db").is_file():
+        raise BadInput(f"--replay {run_dir}: not a run directory (no lineage.db)")
+    with Store(run_dir, readonly=True) as store:
+        calls = store.llm_calls()
+    answers: dict[str, list[dict]] = {}
+    for call in calls:
+        if call.get("question_key") and call["response"] is not None and call["error"] is None:
+            answers.setdefault(call["question_key"], []).append(
+                {"model": call["model"], "response": call["response"], "prompt_tokens": call["prompt_tokens"],
+                 "completion_tokens": call["completion_tokens"]})
+    if not answers:
+        raise BadInput(f"--replay {run_dir}: the run recorded no LLM answers with a question key to replay")
+    return answers
+
+
+def model_price_known(model: ModelConfig) -> bool:
+    """Whether a call's cost can be computed: prices in the config, or litellm's (local) cost map."""
+    if model.priced:
+        return True
+    try:
+        _litellm().cost_per_token(model=model.model, prompt_tokens=1, completion_tokens=1)
+        return True
+    except Exception:  # litellm: "This model isn't mapped yet"
+        return False
+
+
+def all_models(config: LLMConfig) -> list[ModelConfig]:
+    """The configured models, then the fallbacks that have no entry of their own."""
+    known = {m.model: m for m in config.models}
+    return [*config.models, *(ModelConfig(model=n) for n in dict.fromkeys(config.fallbacks) if n not in known)]
+
+
+def check_prices(config: RunConfig) -> None:
+    """A USD budget needs a price for every model: BadInput naming the first model without one."""
+    if config.budget.usd is None or config.llm.replay_from is not None:
+        return
+    for model in all_models(config.llm):
+        if not model_price_known(model):
+            raise BadInput(f"budget.usd is set but model {model.model} has no price (litellm's cost map does not "
+                           "know it): add usd_per_mtok_in and usd_per_mtok_out to its entry in llm.models")
+
+
 class LLMClient:
     """Ask prompts of the configured models. Thread-safe; one client per run.
 
     `store` is the run's store for the budget; a caller on another thread passes its own connection
     to `ask(store=...)` (an SQLite connection serves only the thread that made it).
     """
-
-    RETRYABLE = ("RateLimitError", "InternalServerError", "ServiceUnavailableError", "APIConnectionError")
 
     def __init__(self, config: LLMConfig, store=None, cache_dir: Path | None = None,
                  usd_budget: float | None = None) -> None:
@@ -66,9 +175,14 @@ class LLMClient:
         self.store = store
         self.cache_dir = Path(cache_dir) if cache_dir and config.cache else None
         self.usd_budget = usd_budget
-        self._asked: Counter[str] = Counter()
+        self.replayed = replay_answers(config.replay_from) if config.replay_from is not None else None
+        self._used: Counter[str] = Counter()  # answers taken this session, by question key
         self._spent = 0.0
         self._lock = threading.Lock()
+        self._failed_in_row: Counter[str] = Counter()  # by model
+        self._last_reason: dict[str, str] = {}
+        self._key_in_env: dict[str, bool] = {}
+        self.unavailable: str | None = None  # set when every model failed too often in a row: no more calls
 
     # -- budget ---------------------------------------------------------------------------------
     def spent(self, store=None) -> float:
@@ -89,16 +203,27 @@ class LLMClient:
         return self.cache_dir / f"{key}.json"
 
     def _cached(self, key: str, occurrence: int) -> dict | None:
-        """The answer this prompt got the `occurrence`-th time it was asked (model, response, token counts)."""
+        """The answer this question got the `occurrence`-th time it was asked (model, response, token counts)."""
+        if self.replayed is not None:
+            entries = self.replayed.get(key, [])
+            return entries[occurrence] if occurrence < len(entries) else None
         if self.cache_dir is None or not self._cache_path(key).exists():
             return None
         entries = json.loads(self._cache_path(key).read_text())
         return entries[occurrence] if occurrence < len(entries) else None
 
-    def _remember(self, key: str, entry: dict) -> None:
-        if self.cache_dir is None:
-            return
+    def _take_cached(self, key: str) -> dict | None:
         with self._lock:
+            entry = self._cached(key, self._used[key])
+            if entry is not None:
+                self._used[key] += 1
+            return entry
+
+    def _remember(self, key: str, entry: dict) -> None:
+        with self._lock:
+            self._used[key] += 1
+            if self.cache_dir is None:
+                return
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             path = self._cache_path(key)
             entries = json.loads(path.read_text()) if path.exists() else []
@@ -113,6 +238,20 @@ class LLMClient:
             self._spent += call.cost_usd
         return store.add_llm_call(call) if store is not None else None
 
+    def _outcome(self, model: str, reason: str | None) -> None:
+        """Count failures in a row per model; when every model has failed often enough, stop calling."""
+        with self._lock:
+            if reason is None:
+                self._failed_in_row[model] = 0
+                return
+            self._failed_in_row[model] += 1
+            self._last_reason[model] = reason
+            limit = self.config.max_consecutive_failures
+            names = [m.model for m in all_models(self.config)]
+            if self.unavailable is None and all(self._failed_in_row[n] >= limit for n in names):
+                why = ", ".join(f"{n}: {self._last_reason[n]}" for n in names)
+                self.unavailable = f"the last {limit} LLM calls failed on every model ({why})"
+
     # -- models ---------------------------------------------------------------------------------
     def _order(self, rng: random.Random) -> list[ModelConfig]:
         """The model to try first (drawn by weight), then the fallbacks, each once."""
@@ -123,66 +262,127 @@ class LLMClient:
         seen: set[str] = set()
         return [m for m in order if not (m.model in seen or seen.add(m.model))]
 
-    def _cost(self, model: ModelConfig, response, prompt_tokens: int, completion_tokens: int) -> float:
-        if model.usd_per_mtok_in is not None or model.usd_per_mtok_out is not None:
-            return ((model.usd_per_mtok_in or 0) * prompt_tokens + (model.usd_per_mtok_out or 0) * completion_tokens) / 1e6
+    def _cost(self, model: ModelConfig, prompt_tokens: int, completion_tokens: int) -> float:
+        if model.priced:
+            return (model.usd_per_mtok_in * prompt_tokens + model.usd_per_mtok_out * completion_tokens) / 1e6
         try:
-            return float(_litellm().completion_cost(completion_response=response) or 0.0)
-        except Exception:  # unknown model: litellm has no price for it
+            return float(sum(_litellm().cost_per_token(model=model.model, prompt_tokens=prompt_tokens,
+                                                       completion_tokens=completion_tokens)))
+        except Exception:  # unknown model: litellm has no price for it (a USD budget refuses it at start)
             return 0.0
 
-    def _complete(self, model: ModelConfig, prompt: str):
+    def api_key(self, model: ModelConfig) -> str | None:
+        """The key to send: the named variable's; a placeholder for an --api-base when the environment has
+        none (a local server needs none); else None, and litellm reads the provider's own variable."""
+        if model.api_key_env and os.environ.get(model.api_key_env):
+            return os.environ[model.api_key_env]
+        if not model.api_base:
+            return None
+        if model.api_key_env is None:
+            if model.model not in self._key_in_env:
+                self._key_in_env[model.model] = bool(
+                    _litellm().validate_environment(model=model.model).get("keys_in_environment"))
+            if self._key_in_env[model.model]:
+                return None
+        return PLACEHOLDER_KEY
+
+    def _complete(self, model: ModelConfig, prompt: str, max_tokens: int | None = None, retries: bool = True):
+        litellm = _litellm()
+        from litellm.types.router import RetryPolicy
+
         kwargs = {}
         if model.api_base:
             kwargs["api_base"] = model.api_base
-        if model.api_key_env:
-            kwargs["api_key"] = os.environ.get(model.api_key_env, "")
-        return _litellm().completion(model=model.model, messages=[{"role": "user", "content": prompt}],
-                                      temperature=self.config.temperature, max_tokens=self.config.max_tokens,
-                                      timeout=self.config.timeout_s, max_retries=0, num_retries=0, **kwargs)
+        key = self.api_key(model)
+        if key:
+            kwargs["api_key"] = key
+        # transient failures are retried by litellm; a wrong key, model or request fails at once, and a
+        # timeout (already timeout_s long) goes to the next model
+        n = self.config.max_retries if retries else 0
+        policy = RetryPolicy(DefaultRetries=n, AuthenticationErrorRetries=0, NotFoundErrorRetries=0,
+                             BadRequestErrorRetries=0, ContentPolicyViolationErrorRetries=0, TimeoutErrorRetries=0)
+        strategy = "exponential_backoff_retry" if self.config.retry_backoff_s > 0 else "constant_retry"
+        return litellm.completion(model=model.model, messages=[{"role": "user", "content": prompt}],
+                                  temperature=self.config.temperature, max_tokens=max_tokens or self.config.max_tokens,
+                                  timeout=self.config.timeout_s, num_retries=0, retry_policy=policy,
+                                  retry_strategy=strategy, **kwargs)
+
+    # -- the check at start -----------------------------------------------------------------------
+    def check(self) -> None:
+        """One cheap call per model: a wrong model name, key or endpoint becomes a one-line BadInput."""
+        for model in all_models(self.config):
+            try:
+                self._complete(model, CHECK_PROMPT, max_tokens=5, retries=False)
+            except Exception as exc:
+                reason = failure_reason(exc)
+                if reason == "rate limited":
+                    continue  # the model, key and endpoint answered
+                where = f" at {model.api_base}" if model.api_base else ""
+                hint = ""
+                if not model.api_base and self.api_key(model) is None:
+                    missing = _litellm().validate_environment(model=model.model).get("missing_keys") or []
+                    hint = f"; not set: {', '.join(missing)}" if missing else ""
+                elif model.api_key_env and not os.environ.get(model.api_key_env):
+                    hint = f"; {model.api_key_env} (api_key_env) is not set"
+                raise BadInput(f"LLM check of model {model.model}{where} failed: {reason} "
+                               f"({_one_line(str(exc))}){hint}; fix --model, the key or --api-base, "
+                               "or skip this check with --no-llm-check") from None
 
     # -- asking ---------------------------------------------------------------------------------
     def ask(self, prompt: str, rng: random.Random, operator: str | None = None, question_id: str | None = None,
-            parent_ids: list[int] | None = None, store=None) -> Answer:
-        """The answer to `prompt`: from the cache if this run asked it before, else from a model.
+            parent_ids: list[int] | None = None, store=None, parent_hashes: list[str] | None = None) -> Answer:
+        """The answer to the question: from the cache (or the replayed run) if recorded there, else from a model.
 
-        Raises BudgetExhausted when the budget is spent, ProposalFailed when every model failed.
+        Raises BudgetExhausted when the budget is spent, ProposalFailed when every model failed, when the
+        client has given up after too many failures in a row, or when a replayed run has no answer.
         """
         store = store if store is not None else self.store
-        key = prompt_key(prompt)
-        with self._lock:
-            occurrence = self._asked[key]
-            self._asked[key] += 1
         meta = {"operator": operator, "question_id": question_id, "parent_ids": list(parent_ids or [])}
-        cached = self._cached(key, occurrence)
-        if cached is not None:
-            call_id = self._record(LLMCall(prompt=prompt, cached=True, latency_s=0.0, **cached, **meta), store)
-            return Answer(cached["response"], cached["model"], call_id, True)
+        order = self._order(rng)
+        keys = {m.model: question_key(m.model, operator, question_id, parent_hashes or [], prompt) for m in order}
+        candidates = [m.model for m in order] + ([m.model for m in self.config.models if m.model not in keys]
+                                                 if self.replayed is not None else [])
+        for name in candidates:
+            key = keys.get(name) or question_key(name, operator, question_id, parent_hashes or [], prompt)
+            cached = self._take_cached(key)
+            if cached is not None:
+                call_id = self._record(LLMCall(prompt=prompt, cached=True, latency_s=0.0, question_key=key,
+                                               **cached, **meta), store)
+                return Answer(cached["response"], cached["model"], call_id, True)
+        if self.replayed is not None:
+            error = f"{NOT_REPLAYED}: {self.config.replay_from} holds no further answer to this question"
+            call_id = self._record(LLMCall(model=order[0].model, prompt=prompt, error=error, reason=NOT_REPLAYED,
+                                           question_key=keys[order[0].model], **meta), store)
+            raise ProposalFailed(error, call_id)
+        if self.unavailable is not None:
+            raise ProposalFailed(self.unavailable)
         if self.is_exhausted(store):
             raise BudgetExhausted(f"USD budget spent (${self.spent(store):.4f} of ${self.usd_budget:.4f})")
         last_error, last_id = "no model tried", None
-        for model in self._order(rng):
-            for attempt in range(self.config.max_retries + 1):
-                started = time.monotonic()
-                try:
-                    response = self._complete(model, prompt)
-                except Exception as exc:  # any provider error is recorded; only transient ones are retried
-                    last_error = f"{type(exc).__name__}: {str(exc)[:500]}"
-                    last_id = self._record(LLMCall(model=model.model, prompt=prompt, error=last_error,
-                                                   latency_s=time.monotonic() - started, **meta), store)
-                    if type(exc).__name__ not in self.RETRYABLE or attempt == self.config.max_retries:
-                        break
-                    time.sleep(self.config.retry_backoff_s * 2 ** attempt * (1 + 0.25 * rng.random()))
-                    continue
-                text = response.choices[0].message.content or ""
-                usage = getattr(response, "usage", None)
-                prompt_tokens = getattr(usage, "prompt_tokens", None) or 0
-                completion_tokens = getattr(usage, "completion_tokens", None) or 0
-                call_id = self._record(LLMCall(
-                    model=model.model, prompt=prompt, response=text, prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens, latency_s=time.monotonic() - started,
-                    cost_usd=self._cost(model, response, prompt_tokens, completion_tokens), **meta), store)
-                self._remember(key, {"model": model.model, "response": text, "prompt_tokens": prompt_tokens,
-                                     "completion_tokens": completion_tokens})
-                return Answer(text, model.model, call_id, False)
+        for model in order:
+            key = keys[model.model]
+            started = time.monotonic()
+            try:
+                response = self._complete(model, prompt)
+            except Exception as exc:  # any provider error is recorded; litellm already retried the transient ones
+                reason = failure_reason(exc)
+                error = f"{type(exc).__name__}: {str(exc)[:500]}"
+                last_error = f"{reason}: {error}"
+                last_id = self._record(LLMCall(model=model.model, prompt=prompt, error=error, reason=reason,
+                                               latency_s=time.monotonic() - started, question_key=key, **meta),
+                                       store)
+                self._outcome(model.model, reason)
+                continue
+            text = response.choices[0].message.content or ""
+            usage = getattr(response, "usage", None)
+            prompt_tokens = getattr(usage, "prompt_tokens", None) or 0
+            completion_tokens = getattr(usage, "completion_tokens", None) or 0
+            call_id = self._record(LLMCall(
+                model=model.model, prompt=prompt, response=text, prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens, latency_s=time.monotonic() - started,
+                cost_usd=self._cost(model, prompt_tokens, completion_tokens), question_key=key, **meta), store)
+            self._outcome(model.model, None)
+            self._remember(key, {"model": model.model, "response": text, "prompt_tokens": prompt_tokens,
+                                 "completion_tokens": completion_tokens})
+            return Answer(text, model.model, call_id, False)
         raise ProposalFailed(f"LLM call failed on every model ({last_error})", last_id)

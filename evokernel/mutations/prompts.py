@@ -12,6 +12,8 @@ from evokernel.bank.proposals import PROPOSAL_FORMAT
 from evokernel.harness import get_task
 from evokernel.mutations import Parent
 
+PROMPT_VERSION = 1  # part of the replay key: raise it when a template below changes what is asked
+
 WHY_NOW = {
     "default": "",
     "stagnation": "The best kernel has not improved for a while: the recent changes may all sit in one layer.",

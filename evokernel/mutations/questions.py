@@ -21,6 +21,7 @@ from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, regis
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import LLMClient
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
+from evokernel.store import source_hash
 
 
 def build_services(config: RunConfig, store) -> dict:
@@ -55,7 +56,8 @@ class _QuestionOperator:
                 context: Context) -> Proposal:
         client, _ = self._services(context)
         answer = client.ask(prompt, context.rng, operator=self.name, question_id=question.id,
-                            parent_ids=[p.id for p in parents], store=context.store)
+                            parent_ids=[p.id for p in parents], store=context.store,
+                            parent_hashes=[source_hash(p.source) for p in parents])
         try:
             parsed = parse_answer(answer.text, parents[0].source)
         except ProposalFailed as exc:
