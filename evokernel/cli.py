@@ -61,8 +61,8 @@ def print_check_report(report) -> None:
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"[dim]{report.isolation}[/]" if report.isolation and "NOT" not in report.isolation
                       else f"[bold yellow]{report.isolation}[/]", soft_wrap=True)
-        console.print(f"[dim]{report.task} · {escape(report.kernel)} · build {_fmt(report.build_seconds, '.1f')} s[/]",
-                      soft_wrap=True)
+        console.print(f"[dim]{report.task} · {escape(report.kernel)} · "
+                      f"build {_fmt(report.build_seconds, '.1f')} s[/]", soft_wrap=True)
         return
     table = Table(title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
     for column in ("scenario", "ok", "max err / tol", "time ms", f"{report.speed_reference} ms", "speedup", "spread"):
@@ -575,7 +575,8 @@ def _print_plain_trees(lin, trees, stars: set[int]) -> None:
     from rich.text import Text
 
     def draw(node, parent, prefix: str, last: bool) -> None:
-        click.echo(prefix + ("└── " if last else "├── ") + Text.from_markup(_tree_label(lin, node, parent, stars)).plain)
+        label = Text.from_markup(_tree_label(lin, node, parent, stars)).plain
+        click.echo(prefix + ("└── " if last else "├── ") + label)
         for n, child in enumerate(node.children):
             draw(child, node.individual, prefix + ("    " if last else "│   "), n == len(node.children) - 1)
 

@@ -150,7 +150,8 @@ def test_near_duplicates_are_found_after_folding_synonyms():
     questions = [Question(id=f"q-{n}", text=text, triggers=["default"], layers=["numerics"])
                  for n, text in enumerate([first, second, different])]
     problems = lint_questions(questions)
-    assert [(p.question_id, p.reason.split(" question")[0]) for p in problems] == [("q-1", "near-duplicates (1.00 similar)")]
+    assert [(p.question_id, p.reason.split(" question")[0]) for p in problems] == [
+        ("q-1", "near-duplicates (1.00 similar)")]
     assert "'q-0'" in problems[0].reason
 
 
@@ -162,8 +163,9 @@ def test_lint_compares_only_candidate_pairs(monkeypatch):
     jaccard = lint._jaccard
     monkeypatch.setattr(lint, "_jaccard", lambda a, b: calls.append(1) or jaccard(a, b))
     words = [f"w{n}" for n in range(400)]
-    questions = [Question(id=f"q-{n}", text=f"Does the {words[n % 400]} {words[(7 * n) % 400]} {words[(13 * n + 1) % 400]} "
-                                           f"stage {n} wait?", triggers=["default"], layers=["memory"])
+    questions = [Question(id=f"q-{n}", text=f"Does the {words[n % 400]} {words[(7 * n) % 400]} "
+                                           f"{words[(13 * n + 1) % 400]} stage {n} wait?", triggers=["default"],
+                          layers=["memory"])
                  for n in range(3000)]
     lint_questions(questions)
     assert len(calls) < 20 * len(questions)  # every pair would be about 4.5 million

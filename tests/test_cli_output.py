@@ -102,10 +102,12 @@ def test_json_of_runs_lineage_show_and_bank(runs_dir):
     assert [d["parent"] for d in shown["diffs"]] == [3, 2] and len(shown["scenarios"]) == 3
     assert shown["llm_call"] is None and shown["build_log"] == "gcc -O3 ok"
     rejected = json.loads(cli("show", "demo", "7", "--json").output)
-    assert rejected["status"] == "rejected" and "does not compile" in rejected["failure"] and rejected["scenarios"] == []
+    assert rejected["status"] == "rejected" and "does not compile" in rejected["failure"]
+    assert rejected["scenarios"] == []
 
     questions = json.loads(cli("bank", "list", "--json").output)
-    assert len(questions) == len(load_bank()) and {"id", "text", "triggers", "layers", "devices", "file"} <= set(questions[0])
+    assert len(questions) == len(load_bank())
+    assert {"id", "text", "triggers", "layers", "devices", "file"} <= set(questions[0])
     cpu = json.loads(cli("bank", "list", "--device", "cpu", "--json").output)
     assert 0 < len(cpu) < len(questions) and all(q["devices"] in ([], ["cpu"]) for q in cpu)
 

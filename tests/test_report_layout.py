@@ -13,7 +13,6 @@ import pytest
 
 from evokernel.lineage import Lineage
 from evokernel.report import ASSETS, render_report
-from evokernel.store import Store
 from test_lineage_fixture import add, make_run, report
 
 NODE = shutil.which("node") or shutil.which("nodejs")

@@ -198,7 +198,8 @@ def lint_questions(questions: list[Question], files: dict[str, Path] | None = No
         problems += [Problem(file, question.id, _describe(question.text, questions[m], score))
                      for m, score in matches[:MAX_REPORTED]]
         if len(matches) > MAX_REPORTED:
-            problems.append(Problem(file, question.id, f"also near-duplicates {len(matches) - MAX_REPORTED} more questions"))
+            more = len(matches) - MAX_REPORTED
+            problems.append(Problem(file, question.id, f"also near-duplicates {more} more questions"))
         if not question.layers:
             problems.append(Problem(file, question.id, "has no layer tag: name the part of the system it points at"))
     return problems

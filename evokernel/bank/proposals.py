@@ -86,9 +86,9 @@ def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None
     bank_dir = Path(bank_dir)
     rejected = rejected_ids(bank_dir)
     if accept:
-        path = admit_question(bank_dir, row["text"], row["triggers"], [layer for layer in row["layers"] if layer in LAYERS],
-                              question_id, notes=f"proposed in run {Path(store.run_dir).name} after individual "
-                                                 f"{row['from_individual']}")
+        layers = [layer for layer in row["layers"] if layer in LAYERS]
+        notes = f"proposed in run {Path(store.run_dir).name} after individual {row['from_individual']}"
+        path = admit_question(bank_dir, row["text"], row["triggers"], layers, question_id, notes=notes)
         rejected.discard(question_id)
     else:
         rejected.add(question_id)
