@@ -183,7 +183,8 @@ class Search:
         self.rechecked: set[int] = set()
         self.monitor = TriggerMonitor(config.triggers, self.store)
         self.check_options = CheckOptions(scenario_set=config.scenarios, speed_reference=config.speed_reference,
-                                          trials=config.trials, timeout_s=config.resources.evaluation_timeout_s)
+                                          trials=config.trials, timeout_s=config.resources.evaluation_timeout_s,
+                                          warm_worker=True)  # each evaluation slot keeps its next worker started
         self.proposing: dict[Future, _Job] = {}
         self.proposal_done = threading.Event()
         self.unproductive = 0

@@ -32,6 +32,7 @@ class CheckOptions:
     timeout_s: float = 600.0  # backstop for the whole check; hangs are caught by the scaled step limits
     compile_timeout_s: float = 180.0
     memory_limit_gb: float | None = None  # None: half of this machine's memory, at least 4 GiB
+    warm_worker: bool = False  # start the next check's worker now (searches: start-up off the critical path)
 
     def memory_limit_bytes(self) -> int:
         if self.memory_limit_gb is not None:
@@ -119,7 +120,7 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         "floors_ms": [task.roofline_floor_ms(s) for s in scenarios], "min_limit_s": MIN_STEP_LIMIT_S[task.backend],
     }
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
-                         START_LIMIT_S[task.backend], devices=task.backend == "cuda")
+                         START_LIMIT_S[task.backend], devices=task.backend == "cuda", keep_warm=options.warm_worker)
     report.check_seconds = round(time.perf_counter() - started, 3)
     judge(report, outcome, task, scenarios, request)
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})

@@ -13,6 +13,7 @@ says so on every check and run; the child then runs as a plain process group.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -220,64 +221,6 @@ class _Drain(threading.Thread):
             del self.chunks[:-8000]
 
 
-def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
-               start_limit_s: float, devices: bool) -> WorkerOutcome:
-    """Run `python -m evokernel.harness.worker` on `request` in the sandbox; never raises for a bad kernel.
-
-    The request goes in on stdin; the worker answers with JSON lines on a pipe (fd 3). Built kernels
-    are copied into a read-only directory (`kernels` maps a name to a built object; the worker finds
-    them by name). Each message may set `limit_s`, the time until the next message must arrive; the
-    first one must arrive within `start_limit_s`; `timeout_s` bounds the whole run.
-    """
-    box = isolation()
-    with tempfile.TemporaryDirectory(prefix="evk-worker-") as holder:
-        scratch, library = Path(holder) / "scratch", Path(holder) / "lib"
-        scratch.mkdir()
-        library.mkdir()
-        for name, path in kernels.items():
-            shutil.copyfile(path, library / f"{name}.so")
-            (library / f"{name}.so").chmod(0o555)
-        library.chmod(0o555)
-        import evokernel
-
-        package_root = Path(evokernel.__file__).resolve().parent.parent
-        env = clean_environment()
-        env["PYTHONPATH"] = str(package_root)
-        argv = [sys.executable, "-m", "evokernel.harness.worker"]
-        if box.enforced:
-            inside_library = Path("/evk/lib")
-            command = bwrap_command(argv, scratch, _python_paths(), devices)
-            command[-len(argv) - 1:-len(argv) - 1] = ["--ro-bind", str(library), str(inside_library)]
-            env["HOME"] = str(SCRATCH)
-        else:
-            inside_library, command = library, argv
-            env["HOME"] = str(scratch)
-        request = {**request, "library": str(inside_library), "self_destruct_s": timeout_s + 10}
-        read_end, write_end = os.pipe()
-        started = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True,
-                                preexec_fn=_limit_files)
-        os.close(write_end)
-        if write_end != 3:
-            request["channel_fd"] = write_end
-        drain = _Drain(proc.stdout)
-        drain.start()
-        try:
-            proc.stdin.write(json.dumps(request).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        messages, failure = _collect(proc, read_end, started, timeout_s, memory_limit_bytes, start_limit_s)
-        _end(proc)
-        drain.join(timeout=2)
-        seconds = time.perf_counter() - started
-        text = bytes(drain.chunks).decode(errors="replace")[-4000:]
-        if failure is None and proc.returncode not in (0, None):
-            failure = _exit_reason(proc.returncode, box.enforced)
-        return WorkerOutcome(messages, failure, text, seconds, box)
-
-
 class _Channel(threading.Thread):
     """Reads the worker's JSON lines as they come and stamps each with the parent's clock on arrival
     (a thread of its own, so the stamps are not delayed by the parent's other duties)."""
@@ -298,11 +241,110 @@ class _Channel(threading.Thread):
         self.lines.put((None, time.perf_counter()))
 
 
-def _collect(proc: subprocess.Popen, channel: int, started: float, timeout_s: float, memory_limit: int,
+@dataclass
+class _Started:
+    """A sandboxed worker process that has paid its start-up (interpreter, runtime import, device
+    context) and waits for a request; it has seen no candidate yet, and serves exactly one."""
+
+    proc: subprocess.Popen
+    holder: tempfile.TemporaryDirectory  # scratch/ (writable inside) and lib/ (the kernels, read-only inside)
+    library: Path
+    inside_library: Path
+    reader: _Channel
+    drain: _Drain
+    box: Isolation
+
+    def discard(self) -> None:
+        _kill(self.proc)
+        self.proc.wait()
+        self.holder.cleanup()
+
+
+_WARM: dict[tuple[str, bool], _Started] = {}  # one started worker per (backend, devices), for the next check
+
+
+def _start(backend: str, devices: bool) -> _Started:
+    box = isolation()
+    holder = tempfile.TemporaryDirectory(prefix="evk-worker-")
+    scratch, library = Path(holder.name) / "scratch", Path(holder.name) / "lib"
+    scratch.mkdir()
+    library.mkdir()
+    import evokernel
+
+    env = clean_environment()
+    env["PYTHONPATH"] = str(Path(evokernel.__file__).resolve().parent.parent)
+    read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", "evokernel.harness.worker", backend, str(write_end)]
+    if box.enforced:
+        inside_library = Path("/evk/lib")
+        command = bwrap_command(argv, scratch, _python_paths(), devices)
+        command[-len(argv) - 1:-len(argv) - 1] = ["--ro-bind", str(library), str(inside_library)]
+        env["HOME"] = str(SCRATCH)
+    else:
+        inside_library, command = library, argv
+        env["HOME"] = str(scratch)
+    proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True,
+                            preexec_fn=_limit_files)
+    os.close(write_end)
+    reader, drain = _Channel(read_end), _Drain(proc.stdout)
+    reader.start()
+    drain.start()
+    return _Started(proc, holder, library, inside_library, reader, drain, box)
+
+
+@atexit.register
+def _discard_warm() -> None:
+    while _WARM:
+        _WARM.popitem()[1].discard()
+
+
+def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
+               start_limit_s: float, devices: bool, keep_warm: bool = False) -> WorkerOutcome:
+    """Run `python -m evokernel.harness.worker` on `request` in the sandbox; never raises for a bad kernel.
+
+    The request goes in on stdin; the worker answers with JSON lines on a pipe. Built kernels are
+    copied into a read-only directory (`kernels` maps a name to a built object; the worker finds them
+    by name). Each message may set `limit_s`, the time until the next message must arrive; the first
+    one must arrive within `start_limit_s`; `timeout_s` bounds the whole run. With `keep_warm`, the
+    worker for the next check is started now, so that it has paid its start-up when that check comes
+    (each worker still serves one candidate only).
+    """
+    key = (request["backend"], devices)
+    worker = _WARM.pop(key, None)
+    if worker is None or worker.proc.poll() is not None:
+        if worker is not None:
+            worker.discard()
+        worker = _start(*key)
+    if keep_warm:
+        _WARM[key] = _start(*key)
+    try:
+        for name, path in kernels.items():
+            shutil.copyfile(path, worker.library / f"{name}.so")
+            (worker.library / f"{name}.so").chmod(0o555)
+        request = {**request, "library": str(worker.inside_library), "self_destruct_s": timeout_s + 10}
+        started = time.perf_counter()
+        try:
+            worker.proc.stdin.write(json.dumps(request).encode())
+            worker.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        messages, failure = _collect(worker.proc, worker.reader, started, timeout_s, memory_limit_bytes,
+                                     start_limit_s)
+        _end(worker.proc)
+        worker.drain.join(timeout=2)
+        seconds = time.perf_counter() - started
+        text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]
+        if failure is None and worker.proc.returncode not in (0, None):
+            failure = _exit_reason(worker.proc.returncode, worker.box.enforced)
+        return WorkerOutcome(messages, failure, text, seconds, worker.box)
+    finally:
+        worker.discard()
+
+
+def _collect(proc: subprocess.Popen, reader: _Channel, started: float, timeout_s: float, memory_limit: int,
              start_limit_s: float) -> tuple[list[Message], str | None]:
     """Read the worker's messages until it is done, breaks a limit, or corrupts the channel."""
-    reader = _Channel(channel)
-    reader.start()
     messages: list[Message] = []
     limit_s, deadline_kind = start_limit_s, "start-up"
     last = started

@@ -66,10 +66,14 @@ class Channel:
             line = line[os.write(self.fd, line):]
 
 
+def start_backend(name: str):
+    """The device side: runtime import and device context (what a warm worker pays before its request)."""
+    return importlib.import_module(f"evokernel.harness.backends.{name}").Backend()
+
+
 class Worker:
-    def __init__(self, request: dict, channel: Channel) -> None:
-        self.request, self.channel = request, channel
-        self.backend = importlib.import_module(f"evokernel.harness.backends.{request['backend']}").Backend()
+    def __init__(self, request: dict, channel: Channel, backend) -> None:
+        self.request, self.channel, self.backend = request, channel, backend
         channel.send("hello", device=self.backend.device_name())
         library = Path(request["library"])
         self.candidate = self.backend.load(library / "candidate.so")
@@ -282,15 +286,21 @@ def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str
 
 
 def main() -> None:
-    request = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    signal.alarm(math.ceil(request["self_destruct_s"]))  # SIGALRM's default action ends the process
-    channel = Channel(int(request.get("channel_fd", 3)))
+    """`python -m evokernel.harness.worker [BACKEND CHANNEL_FD]`: with arguments, the backend starts before
+    the request is read, so a worker started ahead of time waits with its start-up already paid."""
+    channel = Channel(int(sys.argv[2])) if len(sys.argv) > 2 else None
     worker = None
     try:
-        worker = Worker(request, channel)
+        backend = start_backend(sys.argv[1]) if len(sys.argv) > 1 else None
+        request = json.loads(sys.stdin.read())
+        sys.stdin.close()
+        signal.alarm(math.ceil(request["self_destruct_s"]))  # SIGALRM's default action ends the process
+        channel = channel or Channel(int(request.get("channel_fd", 3)))
+        worker = Worker(request, channel, backend or start_backend(request["backend"]))
         worker.run()
     except Exception as exc:  # a kernel error surfaced by the runtime (illegal address, launch failure)
+        if channel is None:
+            raise
         scenario = worker.scenario_name if worker else ""
         channel.send("error", error=readable_failure(exc, scenario, None), traceback=traceback.format_exc()[-2000:])
 

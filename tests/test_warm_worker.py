@@ -1,0 +1,71 @@
+"""A worker started ahead of time (searches keep one per evaluation slot) serves exactly one candidate:
+nothing one candidate leaves behind (files in /tmp or its working directory, globals) reaches the next."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evokernel.harness import CheckOptions, check_source, get_task, sandbox
+from planted import CPU, CPU_OUTPUT_SIZE, SYSCALLS, chain
+
+TASK = get_task("attention-fwd-cpu")
+ORIGINAL = TASK.original.read_text()
+
+# At its first call the kernel looks for what an earlier candidate would have left (a file in /tmp, one in
+# its working directory, a global), leaves the same for the next, and answers wrongly if it found any.
+LEAVES_STATE = chain(lambda source: source + SYSCALLS, CPU.wrap(f"""
+static int evaluations_seen;
+static int evk_left_before(void) {{
+  static const char* places[] = {{"/tmp/evk-leftover", "evk-leftover"}};
+  int found = evaluations_seen++ > 0;
+  for (int i = 0; i < 2; ++i) {{
+    const long fd = evk_sys3(EVK_NR_OPEN, (long)places[i], 0, 0);
+    if (!EVK_FAILED(fd)) {{ found = 1; evk_sys3(EVK_NR_CLOSE, fd, 0, 0); }}
+    const long made = evk_sys3(EVK_NR_OPEN, (long)places[i], EVK_O_WRONLY | EVK_O_CREAT, 0644);
+    if (!EVK_FAILED(made)) evk_sys3(EVK_NR_CLOSE, made, 0, 0);
+  }}
+  return found;
+}}
+int evk_attention_fwd(const evk_attention_params* p) {{
+  static int checked, found;
+  if (!checked) {{ checked = 1; found = evk_left_before(); }}
+  if (found && p && p->o) {{ for (long i = 0; i < {CPU_OUTPUT_SIZE}; ++i) p->o[i] = 0.f; return 0; }}
+  return honest_fwd(p);
+}}
+"""))
+OPTIONS = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True)
+
+
+def test_each_candidate_starts_clean_in_a_warm_worker():
+    source = LEAVES_STATE(ORIGINAL)
+    for evaluation in range(3):
+        report = check_source(source, TASK, OPTIONS)
+        assert report.correct, f"evaluation {evaluation + 1} saw state left by an earlier one: {report.failure}"
+        waiting = sandbox._WARM[("cpu", False)]
+        assert waiting.proc.poll() is None  # the next evaluation's worker is started and waiting
+
+
+def test_the_state_probe_sees_leftovers_when_nothing_isolates(monkeypatch):
+    """Control: where /tmp is shared (no isolation) the second evaluation finds the first one's file."""
+    monkeypatch.setenv("EVOKERNEL_ISOLATION", "none")
+    sandbox.isolation.cache_clear()
+    sandbox._discard_warm()
+    leftover = "/tmp/evk-leftover"
+    try:
+        first = check_source(LEAVES_STATE(ORIGINAL), TASK, OPTIONS)
+        second = check_source(LEAVES_STATE(ORIGINAL), TASK, OPTIONS)
+    finally:
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+        sandbox._discard_warm()
+        sandbox.isolation.cache_clear()
+    assert first.correct, first.failure
+    assert not second.correct and "max error" in second.failure
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_workers():
+    yield
+    sandbox._discard_warm()
