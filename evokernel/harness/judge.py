@@ -29,8 +29,11 @@ from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, RETIME_CALL, TRIA
 
 ROW_TOLERANCE = {2: (0.02, 0.02), 4: (1e-3, 1e-3)}  # (absolute, relative) by element size: a forgery check
 # How far the reported candidate-minus-reference difference may fall below the one the parent's clock saw:
-# (milliseconds, fraction of the reference's call interval) by backend; a shared CPU host is noisier.
-WALL_SLACK = {"cuda": (0.5, 0.1), "cpu": (2.0, 0.5)}
+# (milliseconds, fraction of the reference's call interval) by backend. On a CPU host the kernels share
+# the cores with the parent, whose clock readings then lag by more than the kernels take: only the
+# bound on the whole span applies there, with a larger allowance for a late first reading.
+WALL_SLACK: dict[str, tuple[float, float] | None] = {"cuda": (0.5, 0.1), "cpu": None}
+SPAN_SLACK_MS = {"cuda": 1.0, "cpu": 25.0}
 
 
 class Refused(Exception):
@@ -173,7 +176,7 @@ def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messag
     if not _rows_match(sample.get("rows"), reference, task.element_size):
         raise Forged(f"{scenario.name}: output rows {rows} of a timed call do not match the parent's own reference")
     times = {k: [m.data["ms"] for m in batch if m.data["kernel"] == k] for k in kernels}
-    _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend])
+    _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])
     result.time_ms = float(np.median(times["candidate"]))
     result.original_time_ms = float(np.median(times["reference"])) if "reference" in times else None
     q1, q3 = np.percentile(times["candidate"], [25, 75])
@@ -191,11 +194,18 @@ def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messag
 
 
 def _check_wall_clock(scenario: Scenario, sequence: list, times: dict[str, list[float]],
-                      slack: tuple[float, float]) -> None:
-    """The reported difference between candidate and reference must match what the parent's clock saw:
-    each call's message arrives one call (plus the same per-call overhead for every kernel) after the
-    message before it (a full check ends with its own message, so its time is in no call's interval)."""
-    if "reference" not in times:
+                      slack: tuple[float, float] | None, span_slack_ms: float) -> None:
+    """What the parent's clock saw must support the reported times. The calls cannot take longer than the
+    span that holds them (the first call's start is not seen). And where the clock is quiet enough (`slack`),
+    the reported candidate-minus-reference difference must match the observed one: each call's message
+    arrives one call (plus the same per-call overhead for every kernel) after the message before it (a
+    full check ends with its own message, so its time is in no call's interval)."""
+    span_ms = (sequence[-1].arrived - sequence[0].arrived) * 1e3
+    calls = [m.data["ms"] for m in sequence[1:] if m.data["type"] == "call"]
+    if sum(calls) > 1.05 * span_ms + span_slack_ms:
+        raise Forged(f"{scenario.name}: {len(calls)} timed calls reported {sum(calls):.4g} ms in {span_ms:.4g} ms "
+                     "of wall time")
+    if slack is None or "reference" not in times:
         return
     wall: dict[str, list[float]] = defaultdict(list)
     for previous, message in zip(sequence, sequence[1:]):
@@ -205,12 +215,6 @@ def _check_wall_clock(scenario: Scenario, sequence: list, times: dict[str, list[
         return
     wall_c, wall_r = float(np.median(wall["candidate"])), float(np.median(wall["reference"]))
     event_c, event_r = float(np.median(times["candidate"])), float(np.median(times["reference"]))
-    # The calls cannot take longer than the span that holds them (the first call's start is not seen).
-    span_ms = (sequence[-1].arrived - sequence[0].arrived) * 1e3
-    calls = [m.data["ms"] for m in sequence[1:] if m.data["type"] == "call"]
-    if sum(calls) > 1.05 * span_ms + 1.0:
-        raise Forged(f"{scenario.name}: {len(calls)} timed calls reported {sum(calls):.4g} ms in {span_ms:.4g} ms "
-                     "of wall time")
     if (wall_c - wall_r) - (event_c - event_r) > slack[0] + slack[1] * wall_r:
         raise Forged(f"{scenario.name}: reported times the wall clock cannot support (candidate {event_c:.4g} ms "
                      f"and reference {event_r:.4g} ms reported; calls took {wall_c:.4g} and {wall_r:.4g} ms "
