@@ -23,6 +23,7 @@ import itertools
 import os
 import platform
 import random
+import statistics
 import subprocess
 import tempfile
 import time
@@ -77,6 +78,20 @@ def steady_busy_fraction(run_dir: Path, slots: int) -> float | None:
     return sum(r.finished_at - r.started_at for r in rows) / (span * slots) if span > 0 else None
 
 
+def phase_medians(run_dir: Path) -> tuple[float | None, float | None]:
+    """Median worker start, and median time of an evaluation outside verification and timing (build,
+    worker start, the parent's checks, the driver), over the children's check reports."""
+    starts, outside = [], []
+    with Store(run_dir, readonly=True) as store:
+        for row in store.individuals():
+            report = row.report if row.operator != "seed" else None
+            phases = (report or {}).get("phase_seconds") or {}
+            if "worker start" in phases and row.eval_seconds:
+                starts.append(phases["worker start"])
+                outside.append(row.eval_seconds - phases.get("verification", 0) - phases.get("timing", 0))
+    return (statistics.median(starts) if starts else None, statistics.median(outside) if outside else None)
+
+
 def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path, label: str) -> dict:
     data = {"task": args.task, "scenarios": args.scenarios, "trials": args.trials,
             "speed_reference": args.speed_reference,
@@ -91,6 +106,7 @@ def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path,
     result = Search(config, run_dir, operator_set={operator.name: (operator, 1.0)}).run()
     wall = time.time() - started
     stats = result.stats
+    worker_start, outside = phase_medians(run_dir)
     return {
         "source": label, "evaluations": stats.evaluations, "slots": stats.slots,
         "evals/min": 60 * stats.evaluations / wall if wall else None,
@@ -98,6 +114,7 @@ def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path,
         "busy (all)": stats.busy_fraction,
         "busy (steady)": steady_busy_fraction(run_dir, stats.slots),
         "rejected": sum(stats.failures.values()), "wall s": wall,
+        "worker start s": worker_start, "outside checks s": outside,
     }
 
 
@@ -114,7 +131,7 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None or value != value else format(value, spec)
 
 
-FORMATS = {"evals/min": ".1f", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%", "wall s": ".1f"}
+FORMATS = {"worker start s": ".2f", "outside checks s": ".2f", "evals/min": ".1f", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%", "wall s": ".1f"}
 
 
 def show(frame: pd.DataFrame, title: str) -> None:
