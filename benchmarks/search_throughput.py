@@ -107,6 +107,10 @@ def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path,
     wall = time.time() - started
     stats = result.stats
     worker_start, outside = phase_medians(run_dir)
+    with Store(run_dir, readonly=True) as store:
+        for row in store.individuals():
+            if row.failure:
+                console.print(f"[yellow]{label}: #{row.id} rejected[/]: {row.failure}", soft_wrap=True)
     return {
         "source": label, "evaluations": stats.evaluations, "slots": stats.slots,
         "evals/min": 60 * stats.evaluations / wall if wall else None,

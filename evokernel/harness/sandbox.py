@@ -307,8 +307,8 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
     copied into a read-only directory (`kernels` maps a name to a built object; the worker finds them
     by name). Each message may set `limit_s`, the time until the next message must arrive; the first
     one must arrive within `start_limit_s`; `timeout_s` bounds the whole run. With `keep_warm`, the
-    worker for the next check is started now, so that it has paid its start-up when that check comes
-    (each worker still serves one candidate only).
+    worker for the next check is started as soon as this one has ended, so that it has paid its start-up
+    when that check comes (each worker still serves one candidate only).
     """
     key = (request["backend"], devices)
     worker = _WARM.pop(key, None)
@@ -316,8 +316,6 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         if worker is not None:
             worker.discard()
         worker = _start(*key)
-    if keep_warm:
-        _WARM[key] = _start(*key)
     try:
         for name, path in kernels.items():
             shutil.copyfile(path, worker.library / f"{name}.so")
@@ -332,6 +330,8 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         messages, failure = _collect(worker.proc, worker.reader, started, timeout_s, memory_limit_bytes,
                                      start_limit_s)
         _end(worker.proc)
+        if keep_warm:  # now, not earlier: a worker's start-up (a new device context) never overlaps a timed call
+            _WARM[key] = _start(*key)
         worker.drain.join(timeout=2)
         seconds = time.perf_counter() - started
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]
