@@ -110,17 +110,20 @@ def print_check_report(report) -> None:
 @click.option("--keep-going", is_flag=True, help="Verify every scenario even after one fails.")
 @click.option("--no-time", is_flag=True,
               help="Verify only: no timing, no speedup (and none of the checks made during timing).")
-@click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True, help="Hard limit in seconds.")
+@click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True,
+              help="Backstop for the whole check in seconds (hangs are caught sooner by limits scaled to the work).")
+@click.option("--memory-limit", type=click.FloatRange(0.25), metavar="GIB",
+              help="Memory of the candidate's process tree (default: half of this machine's memory).")
 def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str, baselines: bool,
           json_out: Path | None, seed: int | None, trials: int, rounds: int | None, keep_going: bool,
-          no_time: bool, timeout: float) -> None:
+          no_time: bool, timeout: float, memory_limit: float | None) -> None:
     """Build, verify and time KERNEL; exit 0 if it passes the correctness gate, 1 if rejected."""
     from evokernel.harness import CheckOptions, check_kernel
 
     warn_if_not_isolated()
     options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference, baselines=baselines,
                            seed=seed, trials=trials, rounds=rounds, keep_going=keep_going,
-                           time_kernels=not no_time, timeout_s=timeout)
+                           time_kernels=not no_time, timeout_s=timeout, memory_limit_gb=memory_limit)
     report = check_kernel(kernel, task_name, options)
     print_check_report(report)
     if json_out:
