@@ -118,8 +118,12 @@ def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str,
           json_out: Path | None, seed: int | None, trials: int, rounds: int | None, keep_going: bool,
           no_time: bool, timeout: float, memory_limit: float | None) -> None:
     """Build, verify and time KERNEL; exit 0 if it passes the correctness gate, 1 if rejected."""
+    from evokernel.errors import read_text
     from evokernel.harness import CheckOptions, check_kernel
 
+    for path, what in ((kernel, "kernel"), (Path(speed_reference), "--original")):
+        if path.is_file() and str(path) != "original":
+            read_text(path, what)  # one line naming a file that is not UTF-8
     warn_if_not_isolated()
     options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference, baselines=baselines,
                            seed=seed, trials=trials, rounds=rounds, keep_going=keep_going,
@@ -356,8 +360,7 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
         config = _with_replay(config, replay)
     _llm_preflight(config, check=not no_llm_check)
     run_dir = resume if resume is not None else new_run_dir(runs_dir)
-    console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'", soft_wrap=True)
-    warn_if_not_isolated()
+    click.get_current_context().meta[RUN_DIR_KEY] = run_dir
     if console.is_terminal:
         live = Live(console=console, refresh_per_second=4, transient=False)
 
@@ -373,6 +376,8 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
 
     search = Search(config, run_dir, resume=resume is not None, progress=progress,
                     notify=lambda line: console.print(line, soft_wrap=True))
+    console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'", soft_wrap=True)
+    warn_if_not_isolated()
     if live is not None:
         with live:
             result = search.run()

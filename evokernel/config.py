@@ -7,7 +7,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evokernel.errors import BadInput, read_yaml
+from evokernel.errors import BadInput, read_text, read_yaml
+
+
+# Bounds beyond which a setting is a mistake (and would fail later, far from its cause).
+MAX_TRIALS = 20  # as `evokernel check --trials`
+MAX_EVALUATION_TIMEOUT_S = 86_400.0
+MAX_CPUS_PER_EVALUATION = 1024
+MAX_GPUS_PER_EVALUATION = 64
+MAX_PARALLEL = 1024
 
 
 class Strict(BaseModel):
@@ -15,9 +23,9 @@ class Strict(BaseModel):
 
 
 class SelectionConfig(Strict):
-    tournament_size: int = Field(3, ge=1)
+    tournament_size: int = Field(3, ge=1, le=1000)
     elitism: int = Field(2, ge=0, description="best individuals always kept in the population")
-    islands: int = Field(1, ge=1)
+    islands: int = Field(1, ge=1, le=1000)
     migration_interval: int = Field(20, ge=1, description="evaluations between migrations")
     migrants: int = Field(1, ge=1)
 
@@ -84,7 +92,7 @@ class BankConfig(Strict):
 class TriggerConfig(Strict):
     stagnation_evaluations: int = Field(12, ge=1, description="evaluations without a new best that count as a stall")
     suspicious_gain: float = Field(1.5, gt=1, description="child/parent speedup ratio that counts as suspicious")
-    recheck_trials: int = Field(5, ge=1, description="extra seeds for the re-check of a suspicious gain")
+    recheck_trials: int = Field(5, ge=1, le=20, description="extra seeds for the re-check of a suspicious gain")
     max_repairs: int = Field(2, ge=0, description="repair attempts per failing child")
     propose_questions: bool = True
 
@@ -97,10 +105,13 @@ class BudgetConfig(Strict):
 
 class ResourceConfig(Strict):
     address: str | None = Field(None, description="Ray address ('auto' for an existing cluster); none starts a local one")
-    gpus_per_evaluation: float = Field(1.0, ge=0)
-    cpus_per_evaluation: float = Field(1.0, gt=0)
-    max_parallel: int | None = Field(None, ge=1, description="evaluations in flight (default: what the cluster fits)")
-    evaluation_timeout_s: float = Field(900, gt=0)
+    gpus_per_evaluation: float = Field(1.0, ge=0, le=MAX_GPUS_PER_EVALUATION)
+    cpus_per_evaluation: float = Field(1.0, gt=0, le=MAX_CPUS_PER_EVALUATION, description="at most what the Ray "
+                                       "cluster has (checked when the run starts)")
+    max_parallel: int | None = Field(None, ge=1, le=MAX_PARALLEL, description="evaluations in flight (default: what "
+                                     "the cluster fits; more than its CPUs hold is refused when the run starts)")
+    evaluation_timeout_s: float = Field(900, gt=0, le=MAX_EVALUATION_TIMEOUT_S, description="seconds one evaluation "
+                                        "may take (at most a day)")
 
 
 class RunConfig(Strict):
@@ -109,9 +120,9 @@ class RunConfig(Strict):
     scenarios: str = "quick"
     speed_reference: str = "original"
     seeds: list[Path] = Field(default_factory=list, description="seed kernels (default: the task's original)")
-    population_size: int = Field(8, ge=2)
-    offspring_per_step: int = Field(1, ge=1, description="children proposed per finished evaluation")
-    trials: int = Field(3, ge=1)
+    population_size: int = Field(8, ge=2, le=100_000)
+    offspring_per_step: int = Field(1, ge=1, le=100, description="children proposed per finished evaluation")
+    trials: int = Field(3, ge=1, le=MAX_TRIALS, description="random inputs per scenario (as `evokernel check --trials`)")
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     operators: OperatorWeights = Field(default_factory=OperatorWeights)
     llm: LLMConfig = Field(default_factory=LLMConfig)
@@ -119,7 +130,7 @@ class RunConfig(Strict):
     triggers: TriggerConfig = Field(default_factory=TriggerConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     resources: ResourceConfig = Field(default_factory=ResourceConfig)
-    random_seed: int = 0
+    random_seed: int = Field(0, ge=0, lt=2**63, description="seed of the search's random choices")
 
     @model_validator(mode="after")
     def _check_task(self) -> "RunConfig":
@@ -157,6 +168,8 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunCo
     for index, seed in enumerate(config.seeds):
         if not seed.is_file():
             raise BadInput(f"{source}: field 'seeds.{index}': file not found: {seed}")
+    if Path(config.speed_reference).is_file():  # a kernel file; the harness builds it in every evaluation
+        read_text(Path(config.speed_reference), f"{source}: field 'speed_reference':")
     return config
 
 

@@ -32,7 +32,7 @@ from deap import base
 
 from evokernel.bank import TriggerMonitor, needs_recheck, recheck_options
 from evokernel.config import RunConfig
-from evokernel.errors import BadInput
+from evokernel.errors import BadInput, read_text
 from evokernel.harness import CheckOptions, Task, get_task, isolation
 from evokernel.harness.remote import EvaluationPool, connect, evaluation_slots
 from evokernel.mutations import Context, Operator, Parent, Proposal, ProposalFailed, operators
@@ -250,7 +250,7 @@ class Search:
         paths = self.config.seeds or [self.task.original]
         seeds = []
         for path in paths:
-            source = Path(path).read_text()
+            source = read_text(Path(path), "seed")
             try:
                 parse_knobs(source)
             except KnobError as exc:

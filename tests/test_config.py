@@ -36,6 +36,12 @@ def test_default_config_without_gpu_is_the_cpu_task():
     ({"task": "attention-fwd-cpu", "scenarios": "nope"}, "scenarios"),
     ({"task": "attention-fwd-cpu", "seeds": ["missing.c"]}, "seeds.0"),
     ({"population_size": 4}, "task"),
+    ({"task": "attention-fwd-cpu", "resources": {"evaluation_timeout_s": 1e18}}, "resources.evaluation_timeout_s"),
+    ({"task": "attention-fwd-cpu", "resources": {"cpus_per_evaluation": 5000}}, "resources.cpus_per_evaluation"),
+    ({"task": "attention-fwd-cpu", "resources": {"max_parallel": 1000000}}, "resources.max_parallel"),
+    ({"task": "attention-fwd-cpu", "trials": 1000000000}, "trials"),
+    ({"task": "attention-fwd-cpu", "random_seed": -1}, "random_seed"),
+    ({"task": "attention-fwd-cpu", "random_seed": 2**64}, "random_seed"),
 ])
 def test_invalid_config_exits_2_naming_the_field(tmp_path, content, field):
     path = tmp_path / "config.yaml"
@@ -60,3 +66,42 @@ def test_bad_run_options_exit_2(tmp_path, args, message):
     result = CliRunner().invoke(main, [a.format(tmp=tmp_path) for a in args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_a_number_of_thousands_of_digits_is_a_field_error(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("task: attention-fwd-cpu\nrandom_seed: " + "9" * 5000 + "\n")
+    result = CliRunner().invoke(main, ["run", str(path), "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "field 'random_seed'" in lines[0] and len(lines[0]) < 300, result.output
+
+
+def test_files_that_are_not_utf8_are_one_line_errors_naming_the_file(tmp_path):
+    from evokernel.harness import get_task
+
+    original = get_task("attention-fwd-cpu").original.read_bytes()
+    seed = tmp_path / "seed.c"
+    seed.write_bytes(original.replace(b"// ", b"// \xe9 ", 1))
+    kernel = tmp_path / "kernel.c"
+    kernel.write_bytes(seed.read_bytes())
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes(b"task: attention-fwd-cpu\nname: caf\xe9\n")
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"task": "attention-fwd-cpu", "seeds": [str(seed)]}))
+    reference = tmp_path / "reference.yaml"
+    reference.write_text(yaml.safe_dump({"task": "attention-fwd-cpu", "speed_reference": str(kernel)}))
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    (bank / "q.yaml").write_bytes(b"questions:\n  - id: q\n    text: \"Is the \xff load coalesced?\"\n")
+    cases = [(["run", str(config)], config), (["run", str(good)], seed), (["run", str(reference)], kernel),
+             (["check", str(kernel), "--task", "attention-fwd-cpu"], kernel),
+             (["check", str(get_task("attention-fwd-cpu").original), "--task", "attention-fwd-cpu",
+               "--original", str(kernel)], kernel),
+             (["bank", "list", "--bank", str(bank)], bank / "q.yaml")]
+    for args, named in cases:
+        result = CliRunner().invoke(main, [*args, "--runs-dir", str(tmp_path / "runs")] if args[0] == "run" else args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = [line for line in result.output.strip().splitlines() if not line.startswith("warning")]
+        assert len(lines) == 1 and str(named) in lines[0] and "not UTF-8" in lines[0], (args, result.output)
+    assert not (tmp_path / "runs").exists()
