@@ -10,10 +10,13 @@ Rows are written as results arrive (WAL mode), so a reader can inspect a live ru
 from __future__ import annotations
 
 import atexit
+import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
+import socket
 import sqlite3
 import tempfile
 import time
@@ -24,6 +27,9 @@ from typing import Any, Iterator
 from evokernel.errors import BadInput
 
 DB_NAME = "lineage.db"
+LOCK_NAME = "driver.lock"
+SCHEMA_VERSION = 1  # PRAGMA user_version; runs written before it was set read 0 and are version 1
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -98,6 +104,7 @@ CREATE TABLE IF NOT EXISTS proposed_questions (
 );
 """
 
+TABLES = ("meta", "individuals", "scenario_results", "llm_calls", "trigger_events", "proposed_questions")
 STATUSES = ("pending", "running", "correct", "rejected")
 
 
@@ -175,8 +182,74 @@ class LLMCall:
     id: int | None = None
 
 
+class DamagedDatabase(BadInput):
+    """A run's database that cannot be read (truncated, overwritten, empty, not evokernel's)."""
+
+
+def _damaged(db: Path, why: str) -> DamagedDatabase:
+    return DamagedDatabase(f"{db} is not a readable evokernel database: {why}")
+
+
+def _check_file(db: Path) -> None:
+    """Refuse, before SQLite opens it, a file that cannot be a database (SQLite would initialise an empty one)."""
+    try:
+        with open(db, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise BadInput(f"cannot read {db}: {exc.strerror or exc}") from None
+    if not header:
+        raise _damaged(db, "the file is empty (0 bytes)")
+    if header != SQLITE_HEADER:
+        raise _damaged(db, "not an SQLite file (overwritten?)")
+
+
+def _check_contents(connection: sqlite3.Connection, db: Path) -> None:
+    """Integrity, lineage tables and schema version of an open database; raises DamagedDatabase (or
+    sqlite3.OperationalError where SQLite cannot open the file here, for the caller to handle)."""
+    try:
+        problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.OperationalError as exc:
+        if "malformed" in str(exc) or "not a database" in str(exc):
+            raise _damaged(db, str(exc)) from None
+        raise
+    except sqlite3.DatabaseError as exc:
+        raise _damaged(db, str(exc)) from None
+    if problems != ["ok"]:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise _damaged(db, f"integrity check failed: {problems[0]}{more}")
+    if not tables & set(TABLES):
+        raise _damaged(db, f"it holds no lineage tables (a live run copied without its {DB_NAME}-wal file?)")
+    missing = [name for name in TABLES if name not in tables]
+    if missing:
+        raise _damaged(db, f"lineage tables missing: {', '.join(missing)}")
+    if version > SCHEMA_VERSION:
+        raise BadInput(f"{db} was written by a newer evokernel (schema version {version}; this one reads up to "
+                       f"{SCHEMA_VERSION}): upgrade evokernel to read it")
+
+
+def _create(db: Path) -> None:
+    """Write a new, empty lineage database in one step: built under another name and renamed into place,
+    so that no reader ever sees a half-made one."""
+    partial = db.with_name(f".{db.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    connection = sqlite3.connect(partial, isolation_level=None)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.executescript(SCHEMA)
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    finally:
+        connection.close()  # the last connection: checkpoints and removes the -wal and -shm files
+    os.replace(partial, db)
+
+
 class Store:
-    """Read and write one run directory. `readonly=True` never writes (safe on a live or copied run)."""
+    """Read and write one run directory. `readonly=True` never writes (safe on a live or copied run).
+
+    An existing database is checked before anything is read or written (integrity, tables, schema
+    version): a damaged one is a one-line DamagedDatabase error and is left as it is.
+    """
 
     def __init__(self, run_dir: Path, readonly: bool = False, create: bool = False) -> None:
         self.run_dir = Path(run_dir)
@@ -186,18 +259,43 @@ class Store:
             raise BadInput(f"no run at {self.run_dir} ({DB_NAME} not found)")
         if create:
             (self.run_dir / "sources").mkdir(parents=True, exist_ok=True)
+            if not db.exists() and not readonly:
+                _create(db)
+        _check_file(db)
+        try:  # looked at before SQLite opens it: a reader creates an empty one
+            wal = db.with_name(f"{DB_NAME}-wal").stat().st_size > 0
+        except OSError:
+            wal = False
         if readonly:
             self.db = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
         else:
             self.db = sqlite3.connect(db, timeout=30, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(SCHEMA)
-            columns = {row[1] for row in self.db.execute("PRAGMA table_info(llm_calls)")}
-            for name in ("reason", "question_key"):  # runs recorded before these columns existed
-                if name not in columns:
-                    self.db.execute(f"ALTER TABLE llm_calls ADD COLUMN {name} TEXT")
+        try:
+            _check_contents(self.db, db)
+            if readonly and not wal and not self.db.execute(
+                    "SELECT EXISTS (SELECT 1 FROM meta) OR EXISTS (SELECT 1 FROM individuals)").fetchone()[0]:
+                raise _damaged(db, f"it holds no lineage data (a live run copied without its {DB_NAME}-wal file?)")
+            if not readonly:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                columns = {row[1] for row in self.db.execute("PRAGMA table_info(llm_calls)")}
+                for name in ("reason", "question_key"):  # runs recorded before these columns existed
+                    if name not in columns:
+                        self.db.execute(f"ALTER TABLE llm_calls ADD COLUMN {name} TEXT")
+        except sqlite3.OperationalError as exc:
+            self.db.close()
+            if readonly:
+                raise  # open_readonly reads a copy where SQLite cannot open the file in place
+            raise BadInput(f"cannot write {db}: {exc}") from None
+        except BaseException:
+            self.db.close()
+            raise
         self.db.row_factory = sqlite3.Row
+
+    @property
+    def schema_version(self) -> int:
+        """The database's schema version (runs written before versions were recorded are version 1)."""
+        return self.db.execute("PRAGMA user_version").fetchone()[0] or 1
 
     def close(self) -> None:
         self.db.close()
@@ -354,6 +452,30 @@ class Store:
         self.db.execute("UPDATE proposed_questions SET status = ? WHERE id = ?", (status, question_id))
 
 
+class RunLock:
+    """One driver writes a run: an exclusive lock (flock) on RUN/driver.lock, held until `release()` or
+    the end of the process. The kernel drops it with the process, so a killed driver leaves no stale lock."""
+
+    def __init__(self, run_dir: Path) -> None:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.fd: int | None = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
+            self.release()
+            raise BadInput(f"run {run_dir} is being written by another driver{f' ({holder})' if holder else ''}: "
+                           "one driver per run; wait for it to end or stop it") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor of the lock file drops the lock
+            self.fd = None
+
+
 class _Transaction:
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
@@ -375,27 +497,21 @@ def iter_runs(root: Path) -> Iterator[Path]:
 
 
 def open_readonly(run_dir: Path) -> Store:
-    """Open read-only; where SQLite cannot (a read-only location without the WAL index), read a copy."""
-    store = Store(run_dir, readonly=True)
+    """Open read-only; where SQLite cannot (a read-only location without the WAL index), read a copy.
+    A damaged database is a one-line DamagedDatabase error naming it."""
     try:
-        store.db.execute("SELECT 1 FROM individuals LIMIT 1").fetchall()
-        return store
-    except sqlite3.OperationalError as exc:
-        store.close()
-        if "no such table" in str(exc):
-            raise BadInput(f"{run_dir / DB_NAME} holds no lineage tables "
-                           f"(a live run copied without its {DB_NAME}-wal file?)") from None
-    # SQLite must create lineage.db-shm next to a WAL database; a read-only place forbids it.
+        return Store(run_dir, readonly=True)
+    except sqlite3.OperationalError:
+        pass  # SQLite must create lineage.db-shm next to a WAL database; a read-only place forbids it
     copy = Path(tempfile.mkdtemp(prefix="evokernel-run-"))
     atexit.register(shutil.rmtree, copy, ignore_errors=True)
     for name in (DB_NAME, f"{DB_NAME}-wal"):
         if (run_dir / name).exists():
             shutil.copyfile(run_dir / name, copy / name)
     (copy / "sources").symlink_to((run_dir / "sources").resolve())
-    store = Store(copy, readonly=True)
     try:
-        store.db.execute("SELECT 1 FROM individuals LIMIT 1").fetchall()
+        return Store(copy, readonly=True)
+    except BadInput as exc:
+        raise type(exc)(str(exc).replace(str(copy / DB_NAME), str(run_dir / DB_NAME))) from None
     except sqlite3.DatabaseError as exc:
-        store.close()
-        raise BadInput(f"cannot read {run_dir / DB_NAME}: {exc}") from None
-    return store
+        raise _damaged(run_dir / DB_NAME, str(exc)) from None
