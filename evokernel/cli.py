@@ -316,11 +316,24 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
     best = result.best
     with Store(run_dir, readonly=True) as store:
         path = store.source_path(best.source_hash, best.language)
-    over_seed = (f", {best.fitness / stats.seed_fitness:.3f}x the seed (individual {stats.seed_id})"
-                 if stats.seed_fitness else "")
+        retime = store.meta().get("best_recheck")
+    retime = retime if isinstance(retime, dict) and retime.get("id") == best.id else None
+    over_seed = ""
+    if best.operator == "seed":
+        over_seed = ", a seed: no kernel of the search beat it"
+    elif stats.seed_fitness:
+        over_seed = (f", {best.fitness / stats.seed_fitness:.3f}x the seed (individual {stats.seed_id})"
+                     + (" in the search" if retime else ""))
     console.print(f"[bold green]best kernel[/]: individual {best.id} ({best.operator}), geomean speedup "
-                  f"{best.fitness:.3f} over {speed_reference_label(speed_reference)}{over_seed}\n  source: {path}",
-                  soft_wrap=True)
+                  f"{best.fitness:.3f} over {speed_reference_label(speed_reference)}{over_seed}", soft_wrap=True)
+    if retime:
+        from rich.markup import escape
+
+        from evokernel.lineage import describe_retime
+
+        colour = "green" if retime["verdict"] == "gain" else "yellow"
+        console.print(f"  [{colour}]{escape(describe_retime(retime))}[/]", soft_wrap=True, highlight=False)
+    console.print(f"  source: {path}", soft_wrap=True)
     if best.knobs:
         console.print("  knobs: " + ", ".join(f"{k}={v}" for k, v in best.knobs.items()))
     console.print(f"inspect it:\n  evokernel lineage {run_dir} --best\n  evokernel show {run_dir} {best.id}\n"
@@ -513,7 +526,7 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
         if not targets:
             raise BadInput(f"run {lin.name} has no correct kernel yet")
         if as_json:
-            print_json([{"id": t.id, "status": t.status, "fitness": t.fitness,
+            print_json([{"id": t.id, "status": t.status, "fitness": t.fitness, "retime": lin.retime(t.id),
                          "steps": [_step_json(lin, step) for step in lin.ancestry(t.id)]} for t in targets])
             return
         for target in targets:
@@ -521,6 +534,12 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
             console.print(f"[bold]run {escape(lin.name)} · kernel #{target.id}[/] · "
                           f"{target.status} {_fmt(target.fitness)} · {len(steps) - 1} steps from seed "
                           f"#{steps[0].individual.id}", soft_wrap=True)
+            retime = lin.retime(target.id)
+            if retime:
+                from evokernel.lineage import describe_retime
+
+                colour = "green" if retime["verdict"] == "gain" else "yellow"
+                console.print(f"  [{colour}]{escape(describe_retime(retime))}[/]", soft_wrap=True, highlight=False)
             for step in steps:
                 ind, parent = step.individual, step.parent
                 question = (f"[magenta]{escape(ind.question_id)}[/] \"{escape(step.question_text or '?')}\""

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import sqlite3
+import statistics
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -131,6 +134,46 @@ def compare_scenarios(before: list[dict], after: list[dict]) -> list[ScenarioDel
             verdict = "-"
         deltas.append(ScenarioDelta(row["name"], a, b, noise, verdict))
     return deltas
+
+
+def retime_record(report: dict, best: Individual, seed: Individual, rounds: int) -> dict:
+    """What the end-of-run re-timing of the best kernel against the seed says (the run's meta keeps it).
+
+    The gain stands when the interval the per-scenario spreads give the re-timed speedup lies above 1 and
+    the re-timed geomean exceeds 1 + the median spread (at least MIN_NOISE); otherwise it is within noise.
+    """
+    rows = [s for s in report.get("scenarios", []) if s.get("speedup")]
+    record = {"id": best.id, "seed_id": seed.id, "rounds": rounds, "at": time.time(),
+              "search_ratio": best.fitness / seed.fitness if best.fitness and seed.fitness else None,
+              "geomean": None, "low": None, "high": None, "median_spread": None, "verdict": "not confirmed",
+              "failure": None, "scenarios": [{"name": s["name"], "speedup": s["speedup"], "spread": s.get("spread")}
+                                             for s in rows]}
+    if not report.get("correct") or not report.get("geomean_speedup") or not rows:
+        record["failure"] = report.get("failure") or "no timing"
+        return record
+    spreads = [s.get("spread") or 0.0 for s in rows]
+    speedups = [s["speedup"] for s in rows]
+    geo = lambda values: math.exp(sum(math.log(v) for v in values) / len(values))  # noqa: E731
+    low = geo([v / (1 + e) for v, e in zip(speedups, spreads)])
+    high = geo([v * (1 + e) for v, e in zip(speedups, spreads)])
+    median = statistics.median(spreads)
+    geomean = report["geomean_speedup"]
+    stands = low > 1.0 and geomean > 1.0 + max(MIN_NOISE, median)
+    record.update(geomean=geomean, low=low, high=high, median_spread=median,
+                  verdict="gain" if stands else "within noise")
+    return record
+
+
+def describe_retime(record: dict) -> str:
+    """The re-timing in one line, e.g. "re-timed against seed #1 (21 rounds): 1.012x (interval 0.871-1.176
+    from the per-scenario spreads, median 14.0%): within noise"."""
+    head = f"re-timed against seed #{record['seed_id']} ({record['rounds']} rounds)"
+    if record.get("failure"):
+        return f"{head}: {record['failure']}: the gain is not confirmed"
+    verdict = ("a gain beyond the noise" if record["verdict"] == "gain"
+               else "within noise: the gain over the seed does not stand")
+    return (f"{head}: {record['geomean']:.3f}x (interval {record['low']:.3f}-{record['high']:.3f} from the "
+            f"per-scenario spreads, median {100 * record['median_spread']:.1f}%): {verdict}")
 
 
 def failure_reason(failure: str, scenario_names: set[str]) -> str:
@@ -404,6 +447,13 @@ class Lineage:
             prompt_tokens=("prompt_tokens", "sum"), completion_tokens=("completion_tokens", "sum"),
             cost_usd=("cost_usd", "sum"), mean_latency_s=("latency_s", "mean"))
         return frame.sort_values("cost_usd", ascending=False, ignore_index=True)
+
+    def retime(self, individual_id: int | None = None) -> dict | None:
+        """The end-of-run re-timing of the best kernel against the seed (of `individual_id`, when given)."""
+        record = self.store.meta().get("best_recheck")
+        if not isinstance(record, dict) or (individual_id is not None and record.get("id") != individual_id):
+            return None
+        return record
 
     def summary(self) -> RunSummary:
         meta = self.store.meta()

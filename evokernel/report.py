@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from evokernel.errors import BadInput
-from evokernel.lineage import Lineage, compare_scenarios
+from evokernel.lineage import Lineage, compare_scenarios, describe_retime
 from evokernel.store import Individual
 
 ASSETS = resources.files("evokernel") / "report_assets"
@@ -201,6 +201,9 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     facts = [f"status: {summary.status}", f"task: {summary.task or '-'}", f"started: {started}",
              f"evaluations: {summary.evaluations} ({summary.correct} correct)", f"best geomean: {best}",
              f"LLM cost: ${summary.cost_usd:.4f}"] + ([f"stopped: {summary.stop_reason}"] if summary.stop_reason else [])
+    retime = run.retime(summary.best_id) if summary.best_id else None
+    if retime:
+        facts.append(f"best #{summary.best_id} {describe_retime(retime)}")
     examples = {i for ids in run.failures()["ids"] for i in ids[:FAILURE_EXAMPLES]}
     order = [t.id for t in top] + sorted((graph_ids | examples) - {t.id for t in top})
     ranks = {t.id: n for n, t in enumerate(top, start=1)}

@@ -338,3 +338,39 @@ def test_export_refuses_a_file_as_output(runs_dir, tmp_path):
     assert cli("export", "demo", "--format", "xlsx", "-o", str(tmp_path / "x")).exit_code == 2
     result = cli("export", "demo", "-o", str(tmp_path / "file.csv" / "sub"))
     assert result.exit_code == 2 and result.output.startswith("error: cannot write ")
+
+
+def retimed(speedups: list[float], spreads: list[float], correct: bool = True) -> dict:
+    return {"correct": correct, "geomean_speedup": math.prod(speedups) ** (1 / len(speedups)) if correct else None,
+            "failure": None if correct else "evaluation error: speed reference missing",
+            "scenarios": [{"name": n, "speedup": v, "spread": e} for n, v, e in zip(SCENARIOS, speedups, spreads)]}
+
+
+def test_the_re_timing_of_the_best_kernel_tells_a_gain_from_noise(runs_dir):
+    from evokernel.lineage import describe_retime, retime_record
+
+    with Lineage.open("demo") as run:
+        best, seed = run.individuals[6], run.individuals[1]
+    noisy = retime_record(retimed([1.05, 1.12, 1.07], [0.18, 0.61, 0.30]), best, seed, 21)  # the CPU task's spreads
+    assert noisy["verdict"] == "within noise" and noisy["low"] < 1 < noisy["high"]
+    assert math.isclose(noisy["search_ratio"], best.fitness / seed.fitness)
+    small = retime_record(retimed([1.02, 1.03, 1.02], [0.005, 0.005, 0.005]), best, seed, 21)
+    assert small["low"] > 1 and small["verdict"] == "gain"
+    one_scenario = retime_record(retimed([1.25, 1.0, 1.0], [0.0, 0.1, 0.1]), best, seed, 21)
+    assert one_scenario["low"] > 1 and one_scenario["geomean"] < 1.1  # not above 1 + the median spread (10%)
+    assert one_scenario["verdict"] == "within noise"
+    failed = retime_record(retimed([1.0] * 3, [0.0] * 3, correct=False), best, seed, 21)
+    assert failed["verdict"] == "not confirmed" and "not confirmed" in describe_retime(failed)
+    assert describe_retime(noisy).startswith("re-timed against seed #1 (21 rounds): ")
+    assert "within noise" in describe_retime(noisy) and "a gain beyond the noise" in describe_retime(small)
+
+    with Store(runs_dir / "demo") as store:
+        store.set_meta("best_recheck", noisy)
+    result = cli("lineage", "demo", "--best")
+    assert result.exit_code == 0 and describe_retime(noisy) in result.output.replace("\n", "")
+    assert "within noise" not in cli("lineage", "demo", "--id", "3").output.split("\n")[0]
+    data = json.loads(cli("lineage", "demo", "--json").output)
+    assert data[0]["retime"]["verdict"] == "within noise"
+    page = runs_dir.parent / "r.html"
+    assert cli("report", "demo", "-o", str(page)).exit_code == 0
+    assert "within noise: the gain over the seed does not stand" in page.read_text()
