@@ -340,6 +340,41 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
                   f"  evokernel report {run_dir} -o report.html", soft_wrap=True)
 
 
+RUN_DIR_KEY = "evokernel.run_dir"  # click context meta: the run directory, once `run` has chosen it
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _resumable(command):
+    """Ctrl-C or SIGTERM anywhere in `run` (the search itself turns them into a stopped run) ends with how
+    to resume the run and exit code 130, not click's 'Aborted!'."""
+    import functools
+    import signal
+    import threading
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        context = click.get_current_context()
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main_thread else None
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            run_dir = context.meta.get(RUN_DIR_KEY)
+            if run_dir is not None and (Path(run_dir) / "config.yaml").is_file():
+                console.print(f"\ninterrupted: continue it with: evokernel run --resume {run_dir}", soft_wrap=True)
+            else:
+                console.print("\ninterrupted before the run started: nothing to resume")
+            sys.exit(130)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    return wrapper
+
+
 @main.command()
 @click.argument("config_path", metavar="[CONFIG]", required=False, type=click.Path(path_type=Path))
 @click.option("--model", help="LLM for the question operators (any litellm model string).")
@@ -358,6 +393,7 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
 @click.option("--replay", type=click.Path(path_type=Path),
               help="Answer the questions from this run's recorded LLM calls, without any network.")
 @click.option("--no-llm-check", is_flag=True, help="Skip the short call to each model before the search starts.")
+@_resumable
 def run(config_path: Path | None, model: str | None, api_base: str | None, budget: int | None,
         address: str | None, resume: Path | None, runs_dir: Path, replay: Path | None, no_llm_check: bool,
         scenarios: str | None, random_seed: int | None, population: int | None, wall_time: str | None,
@@ -398,7 +434,13 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
         result = search.run()
     _print_outcome(result, run_dir, config.speed_reference)
     if result.status == "stopped":
-        console.print(f"continue it with: evokernel run --resume {run_dir}")
+        console.print(f"continue it with: evokernel run --resume {run_dir}", soft_wrap=True)
+        if search.sigterm_in_ray_start:
+            import os
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)  # Ray's handler, hit while it started, would abort the interpreter's exit
         sys.exit(130)
     if result.best is None:
         sys.exit(1)

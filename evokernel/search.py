@@ -12,6 +12,7 @@ Interface: `Search`, `SearchStats`, `SearchResult`, `new_run_dir`, `failure_kind
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import random
 import re
@@ -22,6 +23,7 @@ import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,12 +40,14 @@ from evokernel.harness.remote import EvaluationPool, connect, evaluation_slots
 from evokernel.mutations import Context, Operator, Parent, Proposal, ProposalFailed, operators
 from evokernel.mutations.knobs import KnobError, knob_values, parse_knobs
 from evokernel.population import Kernel, Population, make_kernel
-from evokernel.store import Individual, Store, normalized_hash, source_hash
+from evokernel.store import DB_NAME, Individual, RunLock, Store, normalized_hash, source_hash
 
 LLM_OPERATORS = ("question-mutation", "question-crossover", "repair")
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
 LINEAGE_DEPTH = 4  # ancestors summarised for an operator
+RETIME_ROUND_FACTOR = 3  # the best kernel is re-timed against the seed with this many times the usual rounds
+RETIME_KEY = "best_recheck"  # meta entry of that re-timing (see lineage.retime_record)
 
 
 @dataclass
@@ -127,6 +131,20 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+@contextmanager
+def _signals_deferred(main_thread: bool = True):
+    """Ctrl-C and SIGTERM are noted, not raised, inside (the store's closing writes are not cut short)."""
+    if not main_thread:
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 @dataclass
 class _Job:
     """A proposal to make: which operator, from which parents, for which island."""
@@ -159,17 +177,37 @@ class Search:
         self.resume = resume
         self.task: Task = get_task(config.task)
         self.progress = progress or (lambda stats: None)
-        self.notify = notify or (lambda line: None)
+        notes: list[str] = []
+        self.notify = notes.append  # said once the run is open: a refused run says only why
         self.seeds = [] if resume else self._seed_sources()  # bad input is found before anything is written
         self.toolbox = base.Toolbox()
         self.ops: dict[str, Operator] = {}
         self.weights: dict[str, float] = {}
         self._setup_operators(operator_set)
-        self.store = Store(self.run_dir, create=not resume)
-        self.stats = SearchStats(self.run_dir, budget=config.budget.evaluations,
-                                 llm=any(op.uses_llm for op in self.ops.values()))
-        self._setup_meta()
-        self.services = self._services()
+        llm = any(op.uses_llm for op in self.ops.values())
+        if llm and config.llm.models:
+            from evokernel.bank import load_bank
+
+            load_bank(config.bank.dirs, builtin=config.bank.builtin)  # a bad question file: before anything is written
+        # Everything a resume needs (directory, config, database, seeds) is written before Ray starts, under
+        # a lock that keeps a second driver out of this run.
+        self.lock = RunLock(self.run_dir)
+        try:
+            if not resume:
+                self._write_config()
+            self.store = Store(self.run_dir, create=not resume or not (self.run_dir / DB_NAME).exists())
+            self.notify = notify or (lambda line: None)
+            for line in notes:
+                self.notify(line)
+            self.stats = SearchStats(self.run_dir, budget=config.budget.evaluations, llm=llm)
+            self._setup_meta()
+            self._store_seeds()
+            self.services = self._services()
+        except BaseException:
+            if hasattr(self, "store"):
+                self.store.close()
+            self.lock.release()
+            raise
         self.rng = random.Random(f"{config.random_seed}:{self.session}")
         random.seed(f"{config.random_seed}:{self.session}:deap")  # DEAP's selection draws from `random`
         self.population = Population(
@@ -186,6 +224,10 @@ class Search:
                                           trials=config.trials, timeout_s=config.resources.evaluation_timeout_s,
                                           warm_worker=True)  # each evaluation slot keeps its next worker started
         self.proposing: dict[Future, _Job] = {}
+        self.pool: EvaluationPool | None = None  # started by run(), once Ray is up
+        # SIGTERM while Ray's core worker was connecting: its signal handler can abort the process at exit,
+        # so a command should end with os._exit once its output is out
+        self.sigterm_in_ray_start = False
         self.proposal_done = threading.Event()
         self.unproductive = 0
         self.stop_reason: str | None = None  # why no more proposals are made
@@ -194,9 +236,14 @@ class Search:
         self.llm_stopped: str | None = None  # why the question operators stopped, once the LLM client gave up
 
     # -- set-up -----------------------------------------------------------------------------------
+    def _write_config(self) -> dict:
+        config_dict = self.config.model_dump(mode="json", by_alias=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
+        return config_dict
+
     def _setup_meta(self) -> None:
         meta = self.store.meta()
-        if self.resume and "config" not in meta:
+        if self.resume and "config" not in meta and self.store.count():  # (none yet: killed as it started)
             raise BadInput(f"{self.run_dir} is not a run directory written by `evokernel run` (no config in meta)")
         self.session = len(meta.get("sessions", []))
         now = time.time()
@@ -205,8 +252,7 @@ class Search:
         counters = meta.get("counters", {})
         self.stats.duplicates = counters.get("duplicates", 0)
         self.stats.proposal_failures = Counter(counters.get("proposal_failures", {}))
-        config_dict = self.config.model_dump(mode="json", by_alias=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
+        config_dict = self._write_config()
         self.store.set_meta("config", config_dict)
         self.store.set_meta("random_seed", self.config.random_seed)
         self.store.set_meta("versions", _versions())
@@ -276,12 +322,24 @@ class Search:
         if self.resume:
             self.notify(f"resuming {self.run_dir}: {self.stats.evaluations} evaluations done, "
                         f"{len(self.queue)} re-submitted, population {len(self.population)}")
-            return
-        for path, source in self.seeds:
-            if normalized_hash(source) in self.known:
-                self.notify(f"seed {path} is identical to an earlier seed: skipped")
-                continue
-            self._store_child(Proposal(source=source, operator="seed", parent_ids=[]), None, 0)
+
+    def _store_seeds(self) -> None:
+        """The seeds, stored as pending before anything is evaluated (a resume evaluates those that were not);
+        a resumed run that was killed before it stored them gets them now."""
+        if self.resume:
+            if self.store.db.execute("SELECT 1 FROM individuals WHERE operator = 'seed' LIMIT 1").fetchone():
+                return
+            self.seeds = self._seed_sources()
+        known = {row.normalized_hash for row in self.store.individuals()}
+        with self.store.transaction():  # all seeds or none
+            for path, source in self.seeds:
+                digest = normalized_hash(source)
+                if digest in known:
+                    self.notify(f"seed {path} is identical to an earlier seed: skipped")
+                    continue
+                known.add(digest)
+                self.store.add_individual(self._row(Proposal(source=source, operator="seed", parent_ids=[]), 0),
+                                          source)
 
     # -- proposals --------------------------------------------------------------------------------
     def _parent(self, kernel: Kernel | Individual, source: str | None = None) -> Parent:
@@ -409,16 +467,18 @@ class Search:
         self.unproductive = 0
         self.proposals[self._store_child(outcome, job.island, job.generation)] = outcome
 
-    def _store_child(self, proposal: Proposal, island: int | None, generation: int) -> int:
-        digest = normalized_hash(proposal.source)
+    def _row(self, proposal: Proposal, generation: int) -> Individual:
         knobs = proposal.knobs or knob_values(proposal.source)
-        row = Individual(operator=proposal.operator, source_hash=source_hash(proposal.source),
-                         normalized_hash=digest, language=self.task.language, parent_ids=proposal.parent_ids,
-                         generation=generation, question_id=proposal.question_id,
-                         trigger=proposal.trigger, model=proposal.model, llm_call_id=proposal.llm_call_id,
-                         knobs=knobs)
+        return Individual(operator=proposal.operator, source_hash=source_hash(proposal.source),
+                          normalized_hash=normalized_hash(proposal.source), language=self.task.language,
+                          parent_ids=proposal.parent_ids, generation=generation, question_id=proposal.question_id,
+                          trigger=proposal.trigger, model=proposal.model, llm_call_id=proposal.llm_call_id,
+                          knobs=knobs)
+
+    def _store_child(self, proposal: Proposal, island: int | None, generation: int) -> int:
+        row = self._row(proposal, generation)
         child_id = self.store.add_individual(row, proposal.source)
-        self.known.add(digest)
+        self.known.add(row.normalized_hash)
         self.islands[child_id] = island
         self.queue.append(_Queued(child_id, proposal.source, island))
         if self.queue[0].id != child_id or not self.pool.free_slots():
@@ -497,10 +557,11 @@ class Search:
 
     # -- the loop ---------------------------------------------------------------------------------
     def _refresh(self) -> None:
-        self.stats.in_flight = self.pool.in_flight()
+        if self.pool is not None:
+            self.stats.in_flight = self.pool.in_flight()
+            self.stats.busy_fraction = self.pool.busy_fraction()
         self.stats.queued = len(self.queue)
         self.stats.proposing = len(self.proposing)
-        self.stats.busy_fraction = self.pool.busy_fraction()
         self.stats.elapsed_s = self._elapsed()
         if self.stats.llm:
             self.stats.cost_usd = self.store.total_cost()
@@ -515,20 +576,28 @@ class Search:
         return finished
 
     def run(self) -> SearchResult:
-        started_ray = connect(self.config.resources.address)
-        previous_handler = None
-        if threading.current_thread() is threading.main_thread():  # after Ray, which sets its own
-            previous_handler = signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `ray job stop`: resumable
-        res = self.config.resources
-        slots, cpus, gpus = evaluation_slots(self.task, res.max_parallel, res.gpus_per_evaluation,
-                                             res.cpus_per_evaluation)
-        self.pool = EvaluationPool(self.task, self.check_options, slots, cpus, gpus)
-        self.stats.slots = slots
-        llm_lookahead = self.config.llm.max_concurrent if self.stats.llm else 0
-        self.lookahead = slots * self.config.offspring_per_step + llm_lookahead
-        status, last_progress = "stopped", 0.0
-        executor = ThreadPoolExecutor(max_workers=self.config.llm.max_concurrent, thread_name_prefix="proposal")
+        """Drive the search to its budget. Ctrl-C or SIGTERM at any moment (also while Ray starts) stops it
+        with status 'stopped': `--resume` continues it. A bad resource setting is BadInput (status 'stopped')."""
+        import ray
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous_handler = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # `kill`, `ray job stop`
+        owns_ray = not ray.is_initialized()
+        executor: ThreadPoolExecutor | None = None
+        self.pool: EvaluationPool | None = None
+        status, last_progress, error = "stopped", 0.0, None
         try:
+            try:
+                connect(self.config.resources.address)
+            except SystemExit as exc:  # Ray's own SIGTERM handler, in place while it starts
+                if exc.code != signal.SIGTERM:
+                    raise
+                self.sigterm_in_ray_start = True
+                raise KeyboardInterrupt from None
+            if main_thread:
+                signal.signal(signal.SIGTERM, _interrupt)  # again: Ray sets its own
+            self.pool = self._start_pool()
+            executor = ThreadPoolExecutor(max_workers=self.config.llm.max_concurrent, thread_name_prefix="proposal")
             self._restore()
             while True:
                 loop_started = time.perf_counter()
@@ -549,23 +618,80 @@ class Search:
                     self._refresh()
                     self.progress(self.stats)
                     last_progress = time.time()
-            status = "finished"
             self.stop_reason = self.stop_reason or self._end_reason()
+            self._retime_best()
+            status = "finished"
         except KeyboardInterrupt:
             self.stop_reason = "interrupted (resume with --resume)"
+        except BadInput as exc:
+            self.stop_reason, error = f"error: {exc}", exc
         finally:
-            executor.shutdown(wait=False, cancel_futures=True)
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
-            self._refresh()
-            self.pool.shutdown()
-            best = self.store.best(1)
-            self._close(status)
-            if started_ray:
-                import ray
-
-                ray.shutdown()
+            with _signals_deferred(main_thread):  # a second Ctrl-C does not cut the closing of the store short
+                if executor is not None:
+                    executor.shutdown(wait=False, cancel_futures=True)
+                self._refresh()
+                best = self.store.best(1)
+                self._close(status)
+                self.lock.release()
+            try:
+                if self.pool is not None:
+                    self.pool.shutdown()
+                if owns_ray:
+                    ray.shutdown()  # also after an interrupted start: it stops what was started
+            finally:
+                if previous_handler is not None:
+                    signal.signal(signal.SIGTERM, previous_handler)
+        if error is not None:
+            raise error
         return SearchResult(self.stats, status, self.stop_reason, best[0] if best else None)
+
+    def _start_pool(self) -> EvaluationPool:
+        """The evaluation slots; settings the cluster cannot hold are refused here (Ray would wait forever)."""
+        import ray
+
+        res = self.config.resources
+        slots, cpus, gpus = evaluation_slots(self.task, res.max_parallel, res.gpus_per_evaluation,
+                                             res.cpus_per_evaluation)
+        have = ray.cluster_resources().get("CPU", 0.0)
+        if cpus > have:
+            raise BadInput(f"field 'resources.cpus_per_evaluation': {cpus:g} CPUs per evaluation, and the Ray "
+                           f"cluster has {have:g}")
+        if slots * cpus > have:
+            field_name = "resources.max_parallel" if res.max_parallel else "resources.cpus_per_evaluation"
+            raise BadInput(f"field '{field_name}': {slots} evaluations at once of {cpus:g} CPUs each need "
+                           f"{slots * cpus:g} CPUs, and the Ray cluster has {have:g}")
+        self.stats.slots = slots
+        llm_lookahead = self.config.llm.max_concurrent if self.stats.llm else 0
+        self.lookahead = slots * self.config.offspring_per_step + llm_lookahead
+        return EvaluationPool(self.task, self.check_options, slots, cpus, gpus)
+
+    def _retime_best(self) -> None:
+        """Re-time the best kernel, when it is not a seed, against the seed it is compared with, with more
+        rounds: the summary, `lineage` and the report then say whether its gain stands above the noise."""
+        best = self.store.best(1)
+        if not best or best[0].operator == "seed" or self.stats.seed_id is None:
+            return
+        best, seed = best[0], self.store.individual(self.stats.seed_id)
+        earlier = self.store.meta().get(RETIME_KEY)
+        if earlier and (earlier.get("id"), earlier.get("seed_id")) == (best.id, seed.id):
+            return  # re-timed in an earlier session
+        from evokernel.harness.check import DEFAULT_ROUNDS
+        from evokernel.lineage import retime_record
+
+        rounds = RETIME_ROUND_FACTOR * DEFAULT_ROUNDS.get(self.task.backend, 10)
+        reference = self.store.source_path(seed.source_hash, seed.language).resolve()
+        options = dataclasses.replace(self.check_options, speed_reference=str(reference), rounds=rounds, seed=None)
+        self.stats.last = f"re-timing the best kernel #{best.id} against the seed #{seed.id} ({rounds} rounds)"
+        self._refresh()
+        self.progress(self.stats)
+        self.pool.submit(("retime", best.id), self.store.source(best), f"individual {best.id} against seed {seed.id}",
+                         options)
+        finished = []
+        while not finished:
+            finished = self.pool.wait(PROGRESS_INTERVAL_S)
+        record = retime_record(finished[0].report, best, seed, rounds)
+        self.store.set_meta(RETIME_KEY, record)
+        self.stats.last = f"#{best.id} re-timed against seed #{seed.id}: {record['geomean'] or 0:.3f}x, {record['verdict']}"
 
     def _end_reason(self) -> str:
         if not len(self.population):

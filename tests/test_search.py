@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from evokernel.cli import main
 from evokernel.config import load_config
+from evokernel.errors import BadInput
 from evokernel.harness import get_task
 from evokernel.mutations import Proposal
 from evokernel.mutations.knobs import KnobCrossover, KnobMutation
@@ -55,7 +56,7 @@ def finished_count(run_dir: Path) -> int:
     """Finished evaluations of a live run (0 while the driver is still creating its store)."""
     try:
         return len(finished_rows(run_dir))
-    except sqlite3.OperationalError:
+    except (sqlite3.OperationalError, BadInput):
         return 0
 
 
@@ -325,3 +326,52 @@ def test_a_crossover_waits_for_a_second_kernel(tmp_path):
 
     alone = Search(config, tmp_path / "alone", operator_set={"knob-crossover": (KnobCrossover(), 1.0)}).run()
     assert alone.stats.evaluations == 1 and alone.reason == "nothing left to evaluate"
+
+
+class Unslow:
+    """Makes the task's original kernel from the slowed seed: a child with a real gain over the seed."""
+
+    name, arity, uses_llm = "unslow", 1, False
+
+    def __call__(self, parents, context):
+        return Proposal(source=ORIGINAL, operator=self.name, parent_ids=[parents[0].id])
+
+
+def test_the_best_kernel_is_re_timed_against_the_seed_and_the_summary_says_so(tmp_path, capsys):
+    from evokernel.cli import _print_outcome
+
+    slow = tmp_path / "slow.c"
+    slow.write_text(ORIGINAL.replace(ENTRY, ENTRY + "  for (volatile int spin = 0; spin < 300000; spin++) {}\n"))
+    config = load_config(make_config(tmp_path, seeds=[str(slow)], budget={"evaluations": 2}))
+    result = Search(config, tmp_path / "run", operator_set={"unslow": (Unslow(), 1.0)}).run()
+    assert result.status == "finished" and result.best.id == 2
+    with Store(tmp_path / "run", readonly=True) as store:
+        record = store.meta()["best_recheck"]
+    assert (record["id"], record["seed_id"], record["rounds"]) == (2, 1, 21)
+    assert record["verdict"] == "gain" and record["low"] > 1 and record["geomean"] > 1.5, record
+    assert [s["name"] for s in record["scenarios"]] == [s.name for s in get_task("attention-fwd-cpu").scenarios("quick")]
+    capsys.readouterr()
+    _print_outcome(result, tmp_path / "run", "original")
+    out = capsys.readouterr().out
+    assert "the seed (individual 1) in the search" in out and "re-timed against seed #1 (21 rounds)" in out
+    assert "a gain beyond the noise" in out
+
+    resumed = Search(config, tmp_path / "run", resume=True).run()  # nothing new: not re-timed again
+    with Store(tmp_path / "run", readonly=True) as store:
+        assert store.meta()["best_recheck"]["at"] == record["at"] and resumed.best.id == 2
+
+
+@pytest.mark.parametrize("resources, message", [
+    ({"cpus_per_evaluation": 64}, "field 'resources.cpus_per_evaluation': 64 CPUs per evaluation, and the Ray "
+                                  "cluster has 2"),
+    ({"max_parallel": 3}, "field 'resources.max_parallel': 3 evaluations at once of 1 CPUs each need 3 CPUs, and "
+                          "the Ray cluster has 2"),
+])
+def test_resources_beyond_the_cluster_are_one_line_at_start(tmp_path, resources, message):
+    path = make_config(tmp_path, resources={"evaluation_timeout_s": 30, **resources})
+    started = time.time()
+    result = CliRunner().invoke(main, ["run", str(path), "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error")]
+    assert errors == [f"error: {message}"] and "Traceback" not in result.output
+    assert time.time() - started < 60
