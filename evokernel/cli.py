@@ -311,7 +311,7 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
                       + (": " + ", ".join(f"{reason} {n}" for reason, n in failed.items()) if failed else ""),
                       soft_wrap=True, markup=False, highlight=False)
     if result.best is None:
-        console.print("[bold red]no correct kernel[/]")
+        console.print("[bold red]no correct kernel[/]" if stats.evaluations else "no kernel evaluated yet")
         return
     best = result.best
     with Store(run_dir, readonly=True) as store:

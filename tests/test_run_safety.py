@@ -210,3 +210,21 @@ def test_schema_version_is_recorded_and_runs_without_one_still_open(tmp_path):
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     result = CliRunner().invoke(main, ["lineage", str(tmp_path / "new")])
     assert result.exit_code == 2 and "written by a newer evokernel" in result.output
+
+
+def test_a_run_stopped_before_its_seeds_were_stored_gets_them_on_resume(tmp_path, local_ray):
+    """As an interrupted start left runs before seeds were stored first: a config, a session, no kernel."""
+    from evokernel.config import load_config
+
+    run_dir = tmp_path / "run"
+    config = load_config(make_config(tmp_path, 2)).model_dump(mode="json", by_alias=True)
+    with Store(run_dir, create=True) as store:
+        store.set_meta("config", config)
+        store.set_meta("sessions", [{"started_at": time.time(), "resumed": False}])
+        store.set_meta("status", "running")
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    resumed = CliRunner().invoke(main, ["run", "--resume", str(run_dir)])
+    assert resumed.exit_code == 0, resumed.output
+    done = rows(run_dir)
+    assert len(done) == 2 and done[0].operator == "seed" and done[0].status == "correct"
+    assert "not even a seed" not in resumed.output
