@@ -103,7 +103,7 @@ def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path,
     config = parse_config(data, "benchmark")
     run_dir = runs_dir / label
     started = time.time()
-    result = Search(config, run_dir, operator_set={operator.name: (operator, 1.0)}).run()
+    result = Search(config, run_dir, operator_set={operator.name: (operator, 1.0)}, retime_best=False).run()
     wall = time.time() - started
     stats = result.stats
     worker_start, outside = phase_medians(run_dir)

@@ -122,7 +122,7 @@ class RunConfig(Strict):
     seeds: list[Path] = Field(default_factory=list, description="seed kernels (default: the task's original)")
     population_size: int = Field(8, ge=2, le=100_000)
     offspring_per_step: int = Field(1, ge=1, le=100, description="children proposed per finished evaluation")
-    trials: int = Field(3, ge=1, le=MAX_TRIALS, description="random inputs per scenario (as `evokernel check --trials`)")
+    trials: int = Field(3, ge=1, le=MAX_TRIALS, description="random inputs per scenario (as `check --trials`)")
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     operators: OperatorWeights = Field(default_factory=OperatorWeights)
     llm: LLMConfig = Field(default_factory=LLMConfig)

@@ -170,9 +170,11 @@ class Search:
     def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False,
                  operator_set: dict[str, tuple[Operator, float]] | None = None,
                  progress: Callable[[SearchStats], None] | None = None,
-                 notify: Callable[[str], None] | None = None) -> None:
-        """`operator_set` replaces the registered operators (name -> (operator, weight)), for benchmarks."""
+                 notify: Callable[[str], None] | None = None, retime_best: bool = True) -> None:
+        """`operator_set` replaces the registered operators (name -> (operator, weight)), for benchmarks;
+        `retime_best=False` skips the end-of-run re-timing of the best kernel against the seed."""
         self.config = config
+        self.retime_best = retime_best
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.task: Task = get_task(config.task)
@@ -669,7 +671,7 @@ class Search:
         """Re-time the best kernel, when it is not a seed, against the seed it is compared with, with more
         rounds: the summary, `lineage` and the report then say whether its gain stands above the noise."""
         best = self.store.best(1)
-        if not best or best[0].operator == "seed" or self.stats.seed_id is None:
+        if not self.retime_best or not best or best[0].operator == "seed" or self.stats.seed_id is None:
             return
         best, seed = best[0], self.store.individual(self.stats.seed_id)
         earlier = self.store.meta().get(RETIME_KEY)
@@ -691,7 +693,8 @@ class Search:
             finished = self.pool.wait(PROGRESS_INTERVAL_S)
         record = retime_record(finished[0].report, best, seed, rounds)
         self.store.set_meta(RETIME_KEY, record)
-        self.stats.last = f"#{best.id} re-timed against seed #{seed.id}: {record['geomean'] or 0:.3f}x, {record['verdict']}"
+        self.stats.last = (f"#{best.id} re-timed against seed #{seed.id}: {record['geomean'] or 0:.3f}x, "
+                           f"{record['verdict']}")
 
     def _end_reason(self) -> str:
         if not len(self.population):

@@ -220,7 +220,8 @@ def test_a_worker_past_its_deadline_is_killed_and_charged_once():
 
     # The kernel hangs as it is loaded (a constructor): there the harness gives a worker 60 s to start, and the
     # check 600 s in all, so the driver's deadline of 3 s is certainly first, also on a busy machine.
-    hang = ORIGINAL + "\n__attribute__((constructor)) static void evk_hang(void) { for (volatile int spin = 1; spin;) {} }\n"
+    hang = ORIGINAL + ("\n__attribute__((constructor)) static void evk_hang(void) "
+                       "{ for (volatile int spin = 1; spin;) {} }\n")
     pool = EvaluationPool(get_task("attention-fwd-cpu"), CheckOptions(timeout_s=600), 1, 1, 0)
     try:
         pool.submit(0, ORIGINAL, "warm-up", CheckOptions(time_kernels=False))  # the actor is up before the clock runs
@@ -349,7 +350,8 @@ def test_the_best_kernel_is_re_timed_against_the_seed_and_the_summary_says_so(tm
         record = store.meta()["best_recheck"]
     assert (record["id"], record["seed_id"], record["rounds"]) == (2, 1, 21)
     assert record["verdict"] == "gain" and record["low"] > 1 and record["geomean"] > 1.5, record
-    assert [s["name"] for s in record["scenarios"]] == [s.name for s in get_task("attention-fwd-cpu").scenarios("quick")]
+    quick = get_task("attention-fwd-cpu").scenarios("quick")
+    assert [s["name"] for s in record["scenarios"]] == [s.name for s in quick]
     capsys.readouterr()
     _print_outcome(result, tmp_path / "run", "original")
     out = capsys.readouterr().out
