@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from evokernel.cli import main
 from evokernel.config import load_config, parse_config
 from evokernel.defaults import default_config_path
+from test_lineage_fixture import make_run
 
 ROOT = Path(__file__).parents[1]
 
@@ -94,11 +95,16 @@ def test_files_that_are_not_utf8_are_one_line_errors_naming_the_file(tmp_path):
     bank = tmp_path / "bank"
     bank.mkdir()
     (bank / "q.yaml").write_bytes(b"questions:\n  - id: q\n    text: \"Is the \xff load coalesced?\"\n")
+    reviewed = tmp_path / "reviewed"
+    reviewed.mkdir()
+    (reviewed / "rejected-proposals.txt").write_bytes(b"q-layer\nq-\xe9\n")
+    make_run(tmp_path / "run")
     cases = [(["run", str(config)], config), (["run", str(good)], seed), (["run", str(reference)], kernel),
              (["check", str(kernel), "--task", "attention-fwd-cpu"], kernel),
              (["check", str(get_task("attention-fwd-cpu").original), "--task", "attention-fwd-cpu",
                "--original", str(kernel)], kernel),
-             (["bank", "list", "--bank", str(bank)], bank / "q.yaml")]
+             (["bank", "list", "--bank", str(bank)], bank / "q.yaml"),
+             (["bank", "review", str(tmp_path / "run"), "--bank", str(reviewed)], reviewed / "rejected-proposals.txt")]
     for args, named in cases:
         result = CliRunner().invoke(main, [*args, "--runs-dir", str(tmp_path / "runs")] if args[0] == "run" else args)
         assert result.exit_code == 2, (args, result.output)

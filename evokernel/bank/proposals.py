@@ -15,7 +15,7 @@ from pathlib import Path
 from evokernel.bank.admit import admit_question
 from evokernel.bank.lint import shape_problems
 from evokernel.bank.questions import LAYERS, TRIGGERS, load_bank, slug
-from evokernel.errors import BadInput
+from evokernel.errors import BadInput, read_text
 
 PROPOSAL_FORMAT = ('<new-question triggers="stagnation" layers="memory">One bounded question that would have '
                    'led you here sooner?</new-question>')
@@ -56,7 +56,7 @@ REJECTED_FILE = "rejected-proposals.txt"  # in a user bank: ids of proposed ques
 
 def rejected_ids(bank_dir: Path | None) -> set[str]:
     path = Path(bank_dir) / REJECTED_FILE if bank_dir is not None else None
-    return set(path.read_text().split()) if path is not None and path.is_file() else set()
+    return set(read_text(path).split()) if path is not None and path.is_file() else set()
 
 
 def review_status(rows: list[dict], bank_dir: Path | None) -> dict[str, str]:

@@ -12,9 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from evokernel.errors import BadInput
+from evokernel.errors import BadInput, read_yaml
 
 COLUMNS = ["question_id", "asked", "correct", "better", "mean_gain", "text"]
 
@@ -56,7 +55,7 @@ def _bank_texts(run_dirs: list[Path]) -> dict[str, str]:
     texts: dict[str, str] = {}
     for run_dir in run_dirs:
         config_path = Path(run_dir) / "config.yaml"
-        config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else None
+        config = read_yaml(config_path) if config_path.is_file() else None  # BadInput naming it when unreadable
         bank = (config or {}).get("bank") or {}
         dirs = [Path(d) for d in bank.get("dirs", []) if Path(d).is_dir()]
         try:
