@@ -203,9 +203,11 @@ def _check_file(db: Path) -> None:
         raise _damaged(db, "not an SQLite file (overwritten?)")
 
 
-def _check_contents(connection: sqlite3.Connection, db: Path) -> None:
+def _check_contents(connection: sqlite3.Connection, db: Path, writer: bool) -> bool:
     """Integrity, lineage tables and schema version of an open database; raises DamagedDatabase (or
-    sqlite3.OperationalError where SQLite cannot open the file here, for the caller to handle)."""
+    sqlite3.OperationalError where SQLite cannot open the file here, for the caller to handle). Returns
+    whether the tables are still to be made: a file `_create` made, whose writer was killed before it made
+    them (only a writer is told so; a reader is told the file holds no lineage tables)."""
     try:
         problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -219,28 +221,32 @@ def _check_contents(connection: sqlite3.Connection, db: Path) -> None:
     if problems != ["ok"]:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise _damaged(db, f"integrity check failed: {problems[0]}{more}")
-    if not tables & set(TABLES):
+    if version > SCHEMA_VERSION:
+        raise BadInput(f"{db} was written by a newer evokernel (schema version {version}; this one reads up to "
+                       f"{SCHEMA_VERSION}): upgrade evokernel to read it")
+    if not tables:
+        if writer and version == SCHEMA_VERSION:
+            return True
         raise _damaged(db, f"it holds no lineage tables (a live run copied without its {DB_NAME}-wal file?)")
     missing = [name for name in TABLES if name not in tables]
     if missing:
         raise _damaged(db, f"lineage tables missing: {', '.join(missing)}")
-    if version > SCHEMA_VERSION:
-        raise BadInput(f"{db} was written by a newer evokernel (schema version {version}; this one reads up to "
-                       f"{SCHEMA_VERSION}): upgrade evokernel to read it")
+    return False
 
 
 def _create(db: Path) -> None:
-    """Write a new, empty lineage database in one step: built under another name and renamed into place,
-    so that no reader ever sees a half-made one."""
+    """Put a new database file in place in one step (built under another name, then renamed), so that no
+    reader ever sees a half-written file: the schema version and WAL mode in its header, no tables yet.
+    The writer then makes the tables in the WAL, as it writes everything: a live run copied without its
+    -wal file holds no lineage tables, and says so, rather than looking like an empty run."""
     partial = db.with_name(f".{db.name}.{os.getpid()}.partial")
     partial.unlink(missing_ok=True)
     connection = sqlite3.connect(partial, isolation_level=None)
     try:
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.executescript(SCHEMA)
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        connection.execute("PRAGMA journal_mode=WAL")
     finally:
-        connection.close()  # the last connection: checkpoints and removes the -wal and -shm files
+        connection.close()
     os.replace(partial, db)
 
 
@@ -262,22 +268,17 @@ class Store:
             if not db.exists() and not readonly:
                 _create(db)
         _check_file(db)
-        try:  # looked at before SQLite opens it: a reader creates an empty one
-            wal = db.with_name(f"{DB_NAME}-wal").stat().st_size > 0
-        except OSError:
-            wal = False
         if readonly:
             self.db = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
         else:
             self.db = sqlite3.connect(db, timeout=30, isolation_level=None)
         try:
-            _check_contents(self.db, db)
-            if readonly and not wal and not self.db.execute(
-                    "SELECT EXISTS (SELECT 1 FROM meta) OR EXISTS (SELECT 1 FROM individuals)").fetchone()[0]:
-                raise _damaged(db, f"it holds no lineage data (a live run copied without its {DB_NAME}-wal file?)")
+            fresh = _check_contents(self.db, db, writer=not readonly)
             if not readonly:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
+                if fresh:
+                    self.db.executescript(SCHEMA)
                 columns = {row[1] for row in self.db.execute("PRAGMA table_info(llm_calls)")}
                 for name in ("reason", "question_key"):  # runs recorded before these columns existed
                     if name not in columns:

@@ -212,6 +212,28 @@ def test_schema_version_is_recorded_and_runs_without_one_still_open(tmp_path):
     assert result.exit_code == 2 and "written by a newer evokernel" in result.output
 
 
+def test_a_database_file_is_put_in_place_whole_and_only_its_own_writer_makes_its_tables(tmp_path):
+    from evokernel.store import _create
+
+    (tmp_path / "killed").mkdir()  # a driver killed right after it put its database file in place
+    _create(tmp_path / "killed" / DB_NAME)
+    with pytest.raises(BadInput, match="holds no lineage tables"):  # as a live run copied without its WAL
+        Lineage(tmp_path / "killed")
+    with Store(tmp_path / "killed") as store:  # the resume's writer makes the tables
+        assert store.count() == 0 and store.schema_version == SCHEMA_VERSION
+    (tmp_path / "foreign").mkdir()
+    with sqlite3.connect(tmp_path / "foreign" / DB_NAME) as db:  # some other program's SQLite file
+        db.execute("CREATE TABLE notes (text TEXT)")
+    with pytest.raises(BadInput, match="lineage tables missing"):
+        Store(tmp_path / "foreign")
+    with sqlite3.connect(tmp_path / "foreign" / DB_NAME) as db:
+        db.execute("DROP TABLE notes")
+    before = (tmp_path / "foreign" / DB_NAME).read_bytes()
+    with pytest.raises(BadInput, match="holds no lineage tables"):  # no tables, and not made by evokernel
+        Store(tmp_path / "foreign")
+    assert (tmp_path / "foreign" / DB_NAME).read_bytes() == before
+
+
 def test_a_run_stopped_before_its_seeds_were_stored_gets_them_on_resume(tmp_path, local_ray):
     """As an interrupted start left runs before seeds were stored first: a config, a session, no kernel."""
     from evokernel.config import load_config
