@@ -214,3 +214,13 @@ def test_run_overrides_on_the_command_line(tmp_path, monkeypatch):
     result = cli("run", "--resume", str(tmp_path / "r"), "--scenarios", "all")
     assert result.exit_code == 2 and "a resumed run keeps its own" in result.output
     assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def test_a_run_prints_no_notices_of_the_ray_instance_it_starts(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "run", "--budget", "1", "--runs-dir",
+                           str(tmp_path / "runs")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "run finished" in output
+    assert "authentication" not in output.lower() and "Started a local Ray instance" not in output, output

@@ -7,6 +7,7 @@ Evaluations are never retried automatically.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -52,7 +53,9 @@ def connect(address: str | None) -> bool:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BadInput(f"cannot join the Ray cluster at '{address}': {str(exc).splitlines()[0]}") from None
     else:
-        ray.init(num_cpus=os.cpu_count(), num_gpus=detect_gpus(), include_dashboard=False, log_to_driver=False)
+        # A private local instance: its start-up notices (token set-up, "Started a local Ray instance") are noise.
+        ray.init(num_cpus=os.cpu_count(), num_gpus=detect_gpus(), include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)
     return True
 
 
