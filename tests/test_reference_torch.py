@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from evokernel.harness import values  # noqa: E402
 from evokernel.harness.backends import Inputs  # noqa: E402
 from evokernel.harness.backends.cpu import attention_reference as numpy_reference  # noqa: E402
 from evokernel.harness.tasks import Scenario  # noqa: E402
@@ -31,7 +32,7 @@ def test_torch_reference_matches_float64(scenario):
 
     q, k, v = draw(s.heads_q, s.seqlen_q), draw(s.heads_kv, s.seqlen_k), draw(s.heads_kv, s.seqlen_k)
     o = torch.full_like(q, float("nan"))
-    ref, plain = attention_reference(Inputs(s, s.scale, q, k, v, o))
+    ref, plain = attention_reference(Inputs(s, s.scale, q, k, v, o, guarded=()))
     exact = numpy_reference(*(t.float().numpy() for t in (q, k, v)), s, s.scale, np.float64)
     assert np.max(np.abs(ref.numpy() - exact)) < 1e-5
     plain_err = np.max(np.abs(plain.numpy() - exact))
@@ -51,3 +52,17 @@ def test_device_comparisons_agree_with_numpy():
     a[3] = 0.0
     assert gpu_side.max_abs_diff(a, b) == pytest.approx(host_side.max_abs_diff(a.numpy(), b.numpy()))
     assert gpu_side.relative_error(a, b) == pytest.approx(host_side.relative_error(a.numpy(), b.numpy()))
+
+
+@pytest.mark.parametrize("distribution", values.DISTRIBUTIONS)
+def test_torch_and_numpy_draw_the_same_inputs(distribution):
+    """The parent regenerates a worker's inputs with numpy: the torch path (what the GPU runs, here on the
+    CPU) must give the same bits, also after rounding to bfloat16."""
+    index = np.arange(1 << 20, dtype=np.int64) * 7 + 3
+    seed = values.mix(12345, 6, 789)
+    by_numpy = values.numpy_draw(index, seed, distribution)
+    by_torch = values.draw(torch.from_numpy(index), seed, distribution, lambda x: x.to(torch.float32)).numpy()
+    assert np.array_equal(by_numpy.view(np.uint32), by_torch.view(np.uint32))
+    rounded = torch.from_numpy(by_torch).to(torch.bfloat16).float().numpy()
+    assert np.array_equal(values.round_to_bfloat16(by_numpy).view(np.uint32), rounded.view(np.uint32))
+    assert abs(float(by_numpy.std()) - (2.0 if distribution == "shifted" else 1.0)) < 0.01
