@@ -13,7 +13,6 @@ import socket
 from pathlib import Path
 
 import pytest
-import ray
 import yaml
 from click.testing import CliRunner
 
@@ -30,14 +29,7 @@ NO_KNOBS = {"knob-mutation": 0, "knob-crossover": 0, "question-mutation": 1, "qu
 KNOBS_TOO = {"knob-mutation": 1, "knob-crossover": 0, "question-mutation": 20, "question-crossover": 0, "repair": 0}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 
 @pytest.fixture(autouse=True)

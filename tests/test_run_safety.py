@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 import yaml
 from click.testing import CliRunner
 
@@ -24,17 +23,6 @@ from evokernel.errors import BadInput
 from evokernel.lineage import Lineage
 from evokernel.store import DB_NAME, SCHEMA_VERSION, Store
 from test_lineage_fixture import make_run
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """Ray for the resumes run in this process (the drivers under test start their own)."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def make_config(tmp_path: Path, budget: int) -> Path:

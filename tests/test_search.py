@@ -29,14 +29,7 @@ ORIGINAL = get_task("attention-fwd-cpu").original.read_text()
 ENTRY = "int evk_attention_fwd(const evk_attention_params* p) {\n"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 
 def make_config(tmp_path: Path, **settings) -> Path:
