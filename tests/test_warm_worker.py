@@ -1,9 +1,12 @@
 """A worker started ahead of time (searches keep one per evaluation slot) serves exactly one candidate:
-nothing one candidate leaves behind (files in /tmp or its working directory, globals) reaches the next."""
+nothing one candidate leaves behind (files in /tmp or its working directory, globals) reaches the next;
+and what the sandbox shows of the installation."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +72,38 @@ def test_the_state_probe_sees_leftovers_when_nothing_isolates(monkeypatch):
 def _no_leftover_workers():
     yield
     sandbox._discard_warm()
+
+
+def test_the_sandbox_shows_the_package_but_not_the_checkout_around_it(tmp_path, monkeypatch):
+    """A checkout on the import path (PYTHONPATH=., a .pth file) must not let a kernel read what lies beside
+    the package there (a .env file, say), nor the harness's current directory."""
+    if not sandbox.isolation().enforced:
+        pytest.skip(sandbox.isolation().describe())
+    import evokernel
+
+    package = Path(evokernel.__file__).resolve().parent
+    beside = package.parent / "pyproject.toml"
+    assert beside.exists()
+    monkeypatch.syspath_prepend(str(package.parent))
+    harness_cwd = tmp_path / "cwd"
+    harness_cwd.mkdir()
+    (harness_cwd / "README.md").write_text("the harness's current directory")
+    monkeypatch.chdir(harness_cwd)
+    probe = ("import os, sys; print(os.path.exists(sys.argv[1]), os.path.exists(sys.argv[2]), "
+             "os.path.exists(sys.argv[3]))")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = sandbox.run_isolated([sys.executable, "-c", probe, str(package / "__init__.py"), str(beside),
+                                 str(harness_cwd / "README.md")], scratch, [], timeout_s=60)
+    assert proc.stdout.split() == ["True", "False", "False"], proc.stdout + proc.stderr
+
+
+def test_an_installed_package_keeps_its_site_packages_visible(monkeypatch):
+    """Installed (not a checkout), the package's parent is site-packages: numpy and torch live there."""
+    import evokernel
+
+    site = Path(sys.prefix) / "lib" / "python3" / "site-packages"
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    monkeypatch.setattr(evokernel, "__file__", str(site / "evokernel" / "__init__.py"))
+    monkeypatch.setattr(os.path, "exists", lambda path: True)
+    assert site in sandbox._python_paths()

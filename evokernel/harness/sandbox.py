@@ -81,13 +81,18 @@ def _namespace_args() -> list[str]:
 
 
 def _python_paths() -> list[Path]:
-    """What the worker needs to import: the interpreter, its site-packages, the package itself."""
+    """What the worker needs to import: the interpreter, its site-packages, the package itself. Not the
+    directory the package sits in (a checkout may hold a .env file, keys, other projects) nor the
+    current directory: only the package's own folder is bound from there."""
     import evokernel
 
-    cwd = os.getcwd()
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(evokernel.__file__).resolve().parent}
+    package = Path(evokernel.__file__).resolve().parent
+    left_out = {Path(os.getcwd()).resolve(), Path("/")}
+    if package.parent.name not in ("site-packages", "dist-packages"):  # a checkout, not an installation
+        left_out.add(package.parent)
+    paths = {Path(sys.prefix), Path(sys.base_prefix), package}
     for entry in sys.path:
-        if entry and os.path.isabs(entry) and entry != cwd and os.path.exists(entry) and entry != "/":
+        if entry and os.path.isabs(entry) and os.path.exists(entry) and Path(entry).resolve() not in left_out:
             paths.add(Path(entry))
     return sorted(paths)
 
