@@ -1,0 +1,122 @@
+"""The parent's verdict does not take the worker's word: a real worker's report, then tampered with the
+way a kernel that writes into the harness channel could, must be rejected for the tampering."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from evokernel.harness import CheckOptions, check_kernel, get_task
+from evokernel.harness import check as check_module
+from evokernel.harness.judge import judge
+from evokernel.harness.report import CheckReport
+
+TASK = get_task("attention-fwd-cpu")
+
+
+@pytest.fixture(scope="module")
+def honest():
+    """(outcome, request, report) of a real check of the original kernel."""
+    seen = {}
+    real = check_module.run_worker
+
+    def recording(request, *args, **kwargs):
+        seen["request"] = request
+        seen["outcome"] = real(request, *args, **kwargs)
+        return seen["outcome"]
+
+    check_module.run_worker = recording
+    try:
+        report = check_kernel(TASK.original, TASK, CheckOptions(scenario_set="quick", rounds=5))
+    finally:
+        check_module.run_worker = real
+    assert report.correct, report.failure
+    return seen["outcome"], seen["request"], report
+
+
+def verdict(outcome, request, task=TASK) -> CheckReport:
+    report = CheckReport(task=task.name, kernel="k", scenario_set="quick")
+    judge(report, outcome, task, TASK.scenarios("quick"), request)
+    return report
+
+
+def tampered(outcome, change):
+    forged = copy.deepcopy(outcome)
+    for message in forged.messages:
+        change(message)
+    return forged
+
+
+def test_the_untouched_report_passes(honest):
+    outcome, request, report = honest
+    again = verdict(outcome, request)
+    assert again.correct and again.geomean_speedup == pytest.approx(report.geomean_speedup)
+
+
+def test_rows_the_parent_recomputes_must_match(honest):
+    outcome, request, _ = honest
+
+    def shift_rows(message):
+        if message.data["type"] in ("trial", "call") and message.data.get("rows"):
+            message.data["rows"] = [[value + 0.5 for value in row] for row in message.data["rows"]]
+
+    report = verdict(tampered(outcome, shift_rows), request)
+    assert not report.correct and "do not match the parent's own reference" in report.failure
+
+
+def test_a_timed_call_on_repeated_inputs_breaks_the_protocol(honest):
+    outcome, request, _ = honest
+
+    def same_offsets(message):
+        if message.data["type"] == "call":
+            message.data["offsets"] = [0, 0, 0]
+
+    report = verdict(tampered(outcome, same_offsets), request)
+    assert not report.correct and "does not follow the protocol" in report.failure
+
+
+def test_calls_cannot_report_more_time_than_the_parent_saw(honest):
+    outcome, request, _ = honest
+
+    def slow_reference(message):
+        if message.data["type"] == "call" and message.data["kernel"] == "reference":
+            message.data["ms"] *= 1000
+
+    report = verdict(tampered(outcome, slow_reference), request)
+    assert not report.correct and "of wall time" in report.failure
+
+
+def test_a_reported_gain_the_clock_did_not_see_is_refused_where_the_clock_is_quiet(honest):
+    """On CUDA the candidate-minus-reference difference must match the parent's clock: a candidate that
+    claims a tenth of its time while its calls took as long as before is refused."""
+    outcome, request, _ = honest
+    quiet_clock = dataclasses.replace(TASK, backend="cuda")
+
+    def faster_candidate(message):
+        if message.data["type"] == "call" and message.data["kernel"] == "candidate":
+            message.data["ms"] /= 10
+        if message.data["type"] == "call" and message.data["kernel"] == "reference":
+            message.data["ms"] = message.data["ms"] + 5.0  # and a reference slower than it was
+
+    forged = tampered(outcome, faster_candidate)
+    for index, message in enumerate(forged.messages):
+        message.arrived += index * 0.006  # 6 ms between messages: room for the reported 5 ms
+    report = verdict(forged, request, quiet_clock)
+    assert not report.correct and "the wall clock cannot support" in report.failure
+
+
+def test_a_time_below_the_roofline_is_rejected(honest):
+    outcome, request, _ = honest
+    floors = dict(request, floors_ms=[1e9] * len(request["floors_ms"]))
+    report = verdict(outcome, floors)
+    assert not report.correct and "faster than the roofline allows" in report.failure
+
+
+def test_a_report_without_its_end_is_rejected(honest):
+    outcome, request, _ = honest
+    cut = copy.deepcopy(outcome)
+    cut.messages = [m for m in cut.messages if m.data["type"] != "done"]
+    report = verdict(cut, request)
+    assert not report.correct and "without finishing its report" in report.failure
