@@ -120,3 +120,16 @@ def test_a_report_without_its_end_is_rejected(honest):
     cut.messages = [m for m in cut.messages if m.data["type"] != "done"]
     report = verdict(cut, request)
     assert not report.correct and "without finishing its report" in report.failure
+
+
+def test_a_malformed_message_is_a_corrupted_channel_not_a_crash(honest):
+    outcome, request, _ = honest
+
+    def wrong_types(message):
+        if message.data["type"] == "call":
+            message.data["call"] = "one"
+        if message.data["type"] == "rejected":
+            message.data["index"] = 99
+
+    report = verdict(tampered(outcome, wrong_types), request)
+    assert not report.correct and "corrupted the harness channel" in report.failure

@@ -44,8 +44,28 @@ class Forged(Refused):
     """The worker's report does not hold up against what the parent can check itself."""
 
 
+# The fields each kind of message must carry, with their types: anything else is a corrupted channel.
+NUMBER = (int, float)
+MESSAGE_FIELDS: dict[str, dict[str, type | tuple]] = {
+    "hello": {"device": str}, "step": {"text": str, "limit_s": NUMBER}, "done": {"seconds": dict},
+    "error": {"error": str}, "rejected": {"index": int, "error": str}, "verified": {"index": int},
+    "trial": {"index": int, "call": int, "rows": list}, "full-check": {"index": int, "call": int},
+    "call": {"index": int, "call": int, "kernel": str, "ms": NUMBER, "offsets": list},
+}
+
+
+def _well_formed(data: dict, scenario_count: int) -> bool:
+    fields = MESSAGE_FIELDS.get(data["type"])
+    if fields is None or not all(isinstance(data.get(name), kind) for name, kind in fields.items()):
+        return False
+    return "index" not in fields or 0 <= data["index"] < scenario_count
+
+
 def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: list[Scenario], request: dict) -> None:
     """Fill `report` (scenarios, correctness, speedups) from `outcome`."""
+    if not all(_well_formed(m.data, len(scenarios)) for m in outcome.messages):
+        report.reject("corrupted the harness channel (a message that is not a worker message)")
+        return
     by_type: dict[str, list] = defaultdict(list)
     for message in outcome.messages:
         by_type[message.data["type"]].append(message)
@@ -53,19 +73,18 @@ def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: li
     results = [ScenarioResult(name=s.name) for s in scenarios]
     failure = None
     for message in by_type["rejected"]:
-        index = _index(message.data, scenarios)
-        results[index].correct, results[index].error = False, str(message.data.get("error"))[:500]
+        index = message.data["index"]
+        results[index].correct, results[index].error = False, message.data["error"][:500]
         failure = failure or f"{scenarios[index].name}: {results[index].error}"
     for message in by_type["verified"]:
-        index = _index(message.data, scenarios)
-        entry = results[index]
+        entry = results[message.data["index"]]
         if entry.error is None:
             entry.correct = True
             for key in ("max_err", "rel_err", "tolerance"):
                 setattr(entry, key, _number(message.data.get(key)))
     for message in by_type["error"]:
         step = outcome.last_step()
-        failure = failure or str(message.data.get("error"))[:500] + (f" (during {step})" if step else "")
+        failure = failure or message.data["error"][:500] + (f" (during {step})" if step else "")
     if failure is None and outcome.failure is not None:
         step = outcome.last_step()
         failure = outcome.failure + (f" during {step}" if step else "")
@@ -93,13 +112,6 @@ def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: li
                 s.baselines_ms[name] / s.time_ms for s in results if s.baselines_ms.get(name) and s.time_ms])
 
 
-def _index(data: dict, scenarios: list[Scenario]) -> int:
-    index = data.get("index")
-    if not isinstance(index, int) or not 0 <= index < len(scenarios):
-        raise Forged(f"a message names scenario {index!r}")
-    return index
-
-
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
@@ -122,20 +134,19 @@ def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scena
     seed = request["seed"]
     trials = defaultdict(list)
     for message in by_type["trial"]:
-        trials[_index(message.data, scenarios)].append(message.data)
+        trials[message.data["index"]].append(message.data)
     calls = defaultdict(list)
     for message in by_type["call"] + by_type["full-check"]:
-        calls[_index(message.data, scenarios)].append(message)
+        calls[message.data["index"]].append(message)
     for index, scenario in enumerate(scenarios):
         got = trials[index]
-        if sorted(t.get("call") for t in got) != list(range(request["trials"])):
-            raise Forged(f"{scenario.name}: trials {[t.get('call') for t in got]} reported")
+        if sorted(t["call"] for t in got) != list(range(request["trials"])):
+            raise Forged(f"{scenario.name}: trials {[t['call'] for t in got]} reported")
         trial = chooser.choice(got)
         call = trial["call"]
-        rows, reference, _, _ = regenerated_rows(scenario, values.mix(seed, index, call),
-                                                 values.DISTRIBUTIONS[call % 2],
-                                                 scenario.scale * TRIAL_SCALE[call % 3], (0, 0, 0), bfloat16)
-        if not _rows_match(trial.get("rows"), reference, task.element_size):
+        rows, reference = regenerated_rows(scenario, values.mix(seed, index, call), values.DISTRIBUTIONS[call % 2],
+                                           scenario.scale * TRIAL_SCALE[call % 3], (0, 0, 0), bfloat16)
+        if not _rows_match(trial["rows"], reference, task.element_size):
             raise Forged(f"{scenario.name}: output rows {rows} of verification trial {call + 1} do not match the "
                          "parent's own reference")
         if request["time"]:
@@ -145,12 +156,12 @@ def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scena
 def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messages: list, task: Task,
                   request: dict, chooser: random.Random) -> None:
     messages = sorted(messages, key=lambda m: m.arrived)
-    retimed = [m for m in messages if isinstance(m.data.get("call"), int) and m.data["call"] >= RETIME_CALL]
+    retimed = [m for m in messages if m.data["call"] >= RETIME_CALL]
     sequence = retimed or [m for m in messages if m not in retimed]  # calls and full-check markers, in order
     batch = [m for m in sequence if m.data["type"] == "call"]
     if len(sequence) - len(batch) > FULL_CHECKS_PER_SCENARIO:
         raise Forged(f"{scenario.name}: {len(sequence) - len(batch)} full checks reported")
-    kernels = list(dict.fromkeys(m.data.get("kernel") for m in batch))
+    kernels = list(dict.fromkeys(m.data["kernel"] for m in batch))
     if not batch or kernels[0] != "candidate":
         raise Forged(f"{scenario.name}: no timed calls of the candidate reported")
     rounds = len(batch) // len(kernels)
@@ -160,20 +171,18 @@ def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messag
     offsets = call_offsets(scenario, base_seed, len(batch))
     for message in batch:
         data = message.data
-        kernel_index = kernels.index(data.get("kernel"))
-        round_index = (data.get("call", -1) - timing_call(0, kernel_index, bool(retimed))) // 16
-        expected = timing_call(round_index, kernel_index, bool(retimed))
-        if not 0 <= round_index < rounds or data.get("call") != expected or \
-                list(data.get("offsets") or []) != list(offsets[round_index * len(kernels) + kernel_index]) or \
-                not isinstance(data.get("ms"), (int, float)) or not data["ms"] > 0:
-            raise Forged(f"{scenario.name}: timed call {data.get('call')!r} does not follow the protocol")
+        kernel_index = kernels.index(data["kernel"])
+        round_index = (data["call"] - timing_call(0, kernel_index, bool(retimed))) // 16
+        if not 0 <= round_index < rounds or data["call"] != timing_call(round_index, kernel_index, bool(retimed)) \
+                or data["offsets"] != list(offsets[round_index * len(kernels) + kernel_index]) or not data["ms"] > 0:
+            raise Forged(f"{scenario.name}: timed call {data['call']} does not follow the protocol")
     candidate_calls = [m.data for m in batch if m.data["kernel"] == "candidate"]
     if len({c["call"] for c in candidate_calls}) != rounds:
         raise Forged(f"{scenario.name}: timed calls repeated")
     sample = chooser.choice(candidate_calls)
-    rows, reference, _, _ = regenerated_rows(scenario, base_seed, "normal", scenario.scale, tuple(sample["offsets"]),
-                                             task.element_size == 2)
-    if not _rows_match(sample.get("rows"), reference, task.element_size):
+    rows, reference = regenerated_rows(scenario, base_seed, "normal", scenario.scale, tuple(sample["offsets"]),
+                                       task.element_size == 2)
+    if not _rows_match(sample["rows"], reference, task.element_size):
         raise Forged(f"{scenario.name}: output rows {rows} of a timed call do not match the parent's own reference")
     times = {k: [m.data["ms"] for m in batch if m.data["kernel"] == k] for k in kernels}
     _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])

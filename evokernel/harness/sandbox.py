@@ -268,9 +268,20 @@ class _Started:
 _WARM: dict[tuple[str, bool], _Started] = {}  # one started worker per (backend, devices), for the next check
 
 
+@lru_cache(maxsize=None)
+def _sweep_orphans() -> None:
+    """Once per process: remove the scratch directories of harness processes that were killed (kill -9
+    leaves no chance to clean up); each directory is named after the process that made it."""
+    for directory in Path(tempfile.gettempdir()).glob("evk-worker-*-*"):
+        owner = directory.name.split("-")[2]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def _start(backend: str, devices: bool) -> _Started:
     box = isolation()
-    holder = tempfile.TemporaryDirectory(prefix="evk-worker-")
+    _sweep_orphans()
+    holder = tempfile.TemporaryDirectory(prefix=f"evk-worker-{os.getpid()}-")
     scratch, library = Path(holder.name) / "scratch", Path(holder.name) / "lib"
     scratch.mkdir()
     library.mkdir()

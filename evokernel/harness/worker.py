@@ -49,10 +49,6 @@ class Rejected(Exception):
     """The candidate failed a check; the message says which."""
 
 
-def verification_call(trial: int) -> int:
-    return trial
-
-
 def timing_call(round_index: int, kernel_index: int, retime: bool) -> int:
     return (RETIME_CALL if retime else 1000) + 16 * round_index + kernel_index
 

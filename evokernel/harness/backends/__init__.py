@@ -105,12 +105,12 @@ def attention_rows(q_rows: np.ndarray, k: np.ndarray, v: np.ndarray, rows: list[
 
 
 def regenerated_rows(scenario: Scenario, seed: int, distribution: str, scale: float,
-                     offsets: tuple[int, int, int], bfloat16: bool) -> tuple[list[int], np.ndarray, int, int]:
+                     offsets: tuple[int, int, int], bfloat16: bool) -> tuple[list[int], np.ndarray]:
     """The reference rows the parent computes on its own, from the seed alone: the same values the worker
-    drew (and rolled by `offsets`), without anything the worker reported. Returns (rows, reference, b, h)."""
+    drew (and rolled by `offsets`), without anything the worker reported. Returns (rows, reference)."""
     s = scenario
     b, h, rows = pick_rows(s, values.mix(seed, *offsets))
-    kv_head = h // (s.heads_q // s.heads_kv)
+    kv_head = s.kv_head(h)
     dims = np.arange(s.head_dim)
 
     def fetch(name: str, positions: np.ndarray, head: int, heads: int, length: int, roll: int) -> np.ndarray:
@@ -123,7 +123,7 @@ def regenerated_rows(scenario: Scenario, seed: int, distribution: str, scale: fl
     keys = np.arange(s.seqlen_k)
     k = fetch("k", keys, kv_head, s.heads_kv, s.seqlen_k, offsets[1])
     v = fetch("v", keys, kv_head, s.heads_kv, s.seqlen_k, offsets[2])
-    return rows, attention_rows(q, k, v, rows, s, scale), b, h
+    return rows, attention_rows(q, k, v, rows, s, scale)
 
 
 def load_entry(path, argtypes: list) -> ctypes._CFuncPtr:

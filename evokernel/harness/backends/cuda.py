@@ -143,7 +143,7 @@ class Backend:
 
     def head_slices(self, inputs: Inputs, b: int, h: int, rows: list[int]) -> tuple[np.ndarray, ...]:
         """q rows, k and v of one head, and the candidate's output rows, as float32 host arrays."""
-        kv_head = h // (inputs.scenario.heads_q // inputs.scenario.heads_kv)
+        kv_head = inputs.scenario.kv_head(h)
         parts = (inputs.q[b, rows, h], inputs.k[b, :, kv_head], inputs.v[b, :, kv_head], inputs.o[b, rows, h])
         return tuple(t.float().cpu().numpy() for t in parts)
 

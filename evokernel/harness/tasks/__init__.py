@@ -39,6 +39,10 @@ class Scenario:
     def scale(self) -> float:
         return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.head_dim)
 
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head `head` reads (grouped-query attention)."""
+        return head // (self.heads_q // self.heads_kv)
+
     def visible_pairs(self) -> int:
         """Number of (query, key) pairs the mask lets through, per batch and head."""
         if not self.causal:
