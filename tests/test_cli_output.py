@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from evokernel.bank import load_bank
-from evokernel.cli import _run_config, main
+from evokernel.cli import main
+from evokernel.cli.run import _run_config
 from evokernel.errors import BadInput
 from evokernel.harness import get_task
 from evokernel.harness.build import show_source_paths

@@ -332,7 +332,7 @@ class Unslow:
 
 
 def test_the_best_kernel_is_re_timed_against_the_seed_and_the_summary_says_so(tmp_path, capsys):
-    from evokernel.cli import _print_outcome
+    from evokernel.cli.run import _print_outcome
 
     slow = tmp_path / "slow.c"
     slow.write_text(ORIGINAL.replace(ENTRY, ENTRY + "  for (volatile int spin = 0; spin < 300000; spin++) {}\n"))

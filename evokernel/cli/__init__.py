@@ -1,0 +1,24 @@
+"""The `evokernel` command: check kernels, run searches, inspect lineage, manage the question bank.
+
+One module per command group: `check` (check, tasks), `run` (run), `inspection` (runs, lineage, show,
+diff, export, report), `bank` (the bank group); what they share is in `common`.
+Bad input exits with code 2 and a one-line message; a rejected kernel exits with 1.
+"""
+
+from __future__ import annotations
+
+import click
+
+from evokernel.cli import bank, check, inspection, run
+from evokernel.cli.common import Group
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="evokernel")
+def main() -> None:
+    """Evolve fast GPU kernels with a correctness-gated harness."""
+
+
+for command in (check.check, check.tasks, run.run, inspection.runs, inspection.lineage, inspection.show,
+                inspection.diff, inspection.export, inspection.report, bank.bank):
+    main.add_command(command)

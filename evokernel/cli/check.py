@@ -1,0 +1,109 @@
+"""`evokernel check` and `evokernel tasks`: one kernel built, verified and timed against a task."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from evokernel.cli.common import console, fmt, warn_if_not_isolated
+
+
+def print_check_report(report) -> None:
+    from rich.markup import escape
+
+    from evokernel.harness.build import first_error_lines
+
+    if not report.scenarios:  # rejected before running (static guard, compiler): only the reason
+        console.print(f"[bold red]rejected[/]: {escape(report.failure or 'no scenario ran')}", soft_wrap=True)
+        errors = first_error_lines(report.build_log or "") if "does not compile" in (report.failure or "") else []
+        for line in errors:
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"[dim]{report.isolation}[/]" if report.isolation and "NOT" not in report.isolation
+                      else f"[bold yellow]{report.isolation}[/]", soft_wrap=True)
+        console.print(f"[dim]{report.task} · {escape(report.kernel)} · "
+                      f"build {fmt(report.build_seconds, '.1f')} s[/]", soft_wrap=True)
+        return
+    table = Table(title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
+    for column in ("scenario", "ok", "max err / tol", "time ms", f"{report.speed_reference} ms", "speedup", "spread"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    baseline_names = sorted({n for s in report.scenarios for n in s.baselines_ms})
+    for name in baseline_names:
+        table.add_column(f"{name} ms", justify="right")
+    for s in report.scenarios:
+        ratio = f"{s.max_err / s.tolerance:.2f}" if s.max_err is not None and s.tolerance else "-"
+        flag = "[green]yes[/]" if s.correct else "[red]NO[/]"
+        speed = fmt(s.speedup, ".3f") + (" [red]below the roofline[/]" if s.suspicious else "")
+        spread = "-" if s.spread is None else f"{100 * s.spread:.1f}%"
+        table.add_row(s.name, flag, ratio, fmt(s.time_ms, ".4f"), fmt(s.original_time_ms, ".4f"), speed, spread,
+                      *[fmt(s.baselines_ms.get(n), ".4f") for n in baseline_names])
+    console.print(table)
+    if report.correct and report.geomean_speedup is None:
+        console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios (not timed)")
+    elif report.correct:
+        console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios; geomean speedup over "
+                      f"{report.speed_reference}: [bold]{fmt(report.geomean_speedup)}[/]"
+                      )
+        for name, value in report.baseline_geomeans.items():
+            console.print(f"  candidate speed relative to {name}: {fmt(value)}")
+    else:
+        console.print(f"[bold red]rejected[/]: {report.failure}")
+    phases = report.phase_summary()
+    console.print(f"[dim]{report.isolation}[/]" if report.isolation and "NOT" not in report.isolation
+                  else f"[bold yellow]{report.isolation}[/]", soft_wrap=True)
+    device = f"device {report.device} · " if report.device else ""
+    console.print(f"[dim]{device}seed {report.seed} · check {fmt(report.check_seconds, '.1f')} s"
+                  + (f" ({phases})" if phases else f" · build {fmt(report.build_seconds, '.1f')} s") + "[/]")
+
+
+@click.command()
+@click.argument("kernel", type=click.Path(path_type=Path))
+@click.option("--task", "task_name", required=True, help="Task name (see `evokernel tasks`).")
+@click.option("--scenarios", "scenario_set", default="quick", show_default=True, help="Scenario set or 'all'.")
+@click.option("--original", "speed_reference", default="original", show_default=True,
+              help="Speed reference: 'original', another kernel file, or a library baseline (cudnn, flash).")
+@click.option("--baselines", is_flag=True, help="Also time the task's library baselines (PyTorch SDPA).")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON here.")
+@click.option("--seed", type=int, help="Input seed (default: drawn now).")
+@click.option("--trials", type=click.IntRange(1, 20), default=3, show_default=True, help="Random inputs per scenario.")
+@click.option("--rounds", type=click.IntRange(1, 1000), help="Interleaved timing rounds (default: per device).")
+@click.option("--keep-going", is_flag=True, help="Verify every scenario even after one fails.")
+@click.option("--no-time", is_flag=True,
+              help="Verify only: no timing, no speedup (and none of the checks made during timing).")
+@click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True,
+              help="Backstop for the whole check in seconds (hangs are caught sooner by limits scaled to the work).")
+@click.option("--memory-limit", type=click.FloatRange(0.25), metavar="GIB",
+              help="Memory of the candidate's process tree (default: half of this machine's memory).")
+def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str, baselines: bool,
+          json_out: Path | None, seed: int | None, trials: int, rounds: int | None, keep_going: bool,
+          no_time: bool, timeout: float, memory_limit: float | None) -> None:
+    """Build, verify and time KERNEL; exit 0 if it passes the correctness gate, 1 if rejected."""
+    from evokernel.errors import read_text
+    from evokernel.harness import CheckOptions, check_kernel
+
+    for path, what in ((kernel, "kernel"), (Path(speed_reference), "--original")):
+        if path.is_file() and str(path) != "original":
+            read_text(path, what)  # one line naming a file that is not UTF-8
+    warn_if_not_isolated()
+    options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference, baselines=baselines,
+                           seed=seed, trials=trials, rounds=rounds, keep_going=keep_going,
+                           time_kernels=not no_time, timeout_s=timeout, memory_limit_gb=memory_limit)
+    report = check_kernel(kernel, task_name, options)
+    print_check_report(report)
+    if json_out:
+        json_out.write_text(report.to_json())
+    sys.exit(0 if report.correct else 1)
+
+
+@click.command()
+def tasks() -> None:
+    """List the tasks and their scenario sets."""
+    from evokernel.harness import get_task, task_names
+
+    for name in task_names():
+        task = get_task(name)
+        sets = ", ".join(f"{k} ({len(v)})" for k, v in task.scenario_sets.items())
+        console.print(f"[bold]{name}[/]: {task.description}\n  scenario sets: {sets}, all\n  "
+                      f"ABI header: {task.header}\n  original kernel: {task.original}")

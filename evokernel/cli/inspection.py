@@ -1,0 +1,371 @@
+"""Inspecting runs: `runs`, `lineage`, `show`, `diff`, `export` and `report` (all read-only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from evokernel.cli.common import console, fmt, json_flag, open_run
+from evokernel.errors import BadInput
+
+
+def _when(timestamp: float | None) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else "-"
+
+
+def _gain(before: float | None, after: float | None) -> str:
+    return f" ({100 * (after / before - 1):+.1f}%)" if before and after else ""
+
+
+def _kernel_label(run, ind, parent=None) -> str:
+    """One line about a kernel; its gain is over `parent` (default: its first parent)."""
+    from rich.markup import escape
+
+    question = f" [magenta]{escape(ind.question_id)}[/]" if ind.question_id else ""
+    if parent is None:
+        parent = next(iter(run.parents(ind.id)), None)
+    if ind.status == "correct":
+        result = f"[green]{fmt(ind.fitness)}[/]" + _gain(parent.fitness if parent else None, ind.fitness)
+    elif ind.status == "rejected":
+        reason = (run.failure(ind.id) or "").strip().splitlines()
+        result = f"[red]rejected[/]: {escape(reason[0] if reason else '')}"
+    else:
+        result = f"[dim]{ind.status}[/]"
+    return f"[bold]#{ind.id}[/] {ind.operator}{question} {result}"
+
+
+def _ratio(before: float | None, after: float | None) -> float | None:
+    return after / before - 1 if before and after else None
+
+
+@click.command()
+@click.argument("directory", type=click.Path(path_type=Path), default=Path("runs"))
+@json_flag
+def runs(directory: Path, as_json: bool) -> None:
+    """List the runs under DIRECTORY (default ./runs), newest first.
+
+    Piped output is one tab-separated line per run after a header line.
+    """
+    from dataclasses import asdict
+
+    from rich import box
+
+    from evokernel.lineage import find_runs
+    from evokernel.output import Column, print_json, print_table
+
+    summaries = find_runs(directory)
+    if as_json:
+        print_json([asdict(s) for s in summaries])
+        return
+    if not summaries:
+        console.print(f"no runs under {directory}/")
+        return
+    columns = [Column("run", no_wrap=True), Column("status", no_wrap=True), Column("task"),
+               *(Column(name, right=True) for name in ("evaluations", "best geomean", "cost $", "started"))]
+    rows = [[s.id, s.status, s.task or "-", f"{s.evaluations} ({s.correct} ok)",
+             f"{fmt(s.best)} (#{s.best_id})" if s.best_id else "-", f"{s.cost_usd:.4f}", _when(s.started_at)]
+            for s in summaries]
+    print_table(console, columns, rows, title=f"runs under {directory}/", box=box.SIMPLE_HEAD)
+
+
+@click.command()
+@click.argument("run")
+@click.option("--id", "kernel_id", type=int, help="The kernel to trace.")
+@click.option("--best", is_flag=True, help="Trace the best kernel (the default).")
+@click.option("--top", type=click.IntRange(1), help="Trace each of the K best kernels.")
+@click.option("--tree", is_flag=True, help="Draw the descendant tree instead: of every seed (with --id: of that "
+                                           "kernel; with --best or --top: only the paths to those kernels).")
+@json_flag
+def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: bool, as_json: bool) -> None:
+    """Where a kernel came from: one line per step from the seed, with the question asked and the gain.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'. In the tree a kernel with two parents
+    appears under both, each time with its gain over that parent.
+    """
+    from rich.markup import escape
+
+    from evokernel.output import print_json
+
+    if (kernel_id is not None) + best + (top is not None) > 1:
+        raise BadInput("choose one of --id, --best, --top")
+    with open_run(run) as lin:
+        if tree:
+            if kernel_id is not None:
+                roots, keep, stars = [lin.get(kernel_id).id], None, {kernel_id}
+            elif best or top:
+                chosen = lin.top(top) if top else [lin.best()]
+                if not chosen:
+                    raise BadInput(f"run {lin.name} has no correct kernel yet")
+                stars = {t.id for t in chosen}
+                keep = set().union(*(lin.ancestors(t) for t in stars))
+                roots = lin.roots(keep)
+            else:  # the whole run: every kernel without a parent in it, and all of their descendants
+                keep, stars = None, {t.id for t in lin.top(1)}
+                roots = [i for i, ind in lin.individuals.items()
+                         if not any(p in lin.individuals for p in ind.parent_ids)]
+            trees = [lin.descendants(root, keep) for root in roots]
+            if as_json:
+                print_json([_tree_json(lin, node, None, stars) for node in trees])
+            elif console.is_terminal:
+                _print_rich_trees(lin, trees, stars)
+            else:
+                _print_plain_trees(lin, trees, stars)
+            return
+        targets = [lin.get(kernel_id)] if kernel_id is not None else lin.top(top) if top else [lin.best()]
+        if not targets:
+            raise BadInput(f"run {lin.name} has no correct kernel yet")
+        if as_json:
+            print_json([{"id": t.id, "status": t.status, "fitness": t.fitness, "retime": lin.retime(t.id),
+                         "steps": [_step_json(lin, step) for step in lin.ancestry(t.id)]} for t in targets])
+            return
+        for target in targets:
+            steps = lin.ancestry(target.id)
+            console.print(f"[bold]run {escape(lin.name)} · kernel #{target.id}[/] · "
+                          f"{target.status} {fmt(target.fitness)} · {len(steps) - 1} steps from seed "
+                          f"#{steps[0].individual.id}", soft_wrap=True)
+            retime = lin.retime(target.id)
+            if retime:
+                from evokernel.lineage import describe_retime
+
+                colour = "green" if retime["verdict"] == "gain" else "yellow"
+                console.print(f"  [{colour}]{escape(describe_retime(retime))}[/]", soft_wrap=True, highlight=False)
+            for step in steps:
+                ind, parent = step.individual, step.parent
+                question = (f"[magenta]{escape(ind.question_id)}[/] \"{escape(step.question_text or '?')}\""
+                            if ind.question_id else "[dim]no question[/]")
+                before = fmt(parent.fitness) if parent else "-"
+                after = fmt(ind.fitness) if ind.status == "correct" else f"[red]{ind.status}[/]"
+                others = f" (+ {', '.join(f'#{p}' for p in step.other_parents)})" if step.other_parents else ""
+                line = (f"  #{ind.id:<4} {ind.operator}{others} · {question} · {escape(ind.model or '-')} · "
+                        f"{before} -> {after}{_gain(parent.fitness if parent else None, ind.fitness)}")
+                if parent:
+                    line += (f" · wins {len(step.wins)}: {', '.join(step.wins) or '-'} · "
+                             f"losses {len(step.losses)}: {', '.join(step.losses) or '-'}"
+                             + (f" · {len(step.ties)} within noise" if step.ties else ""))
+                console.print(line, soft_wrap=True)
+                if ind.status == "rejected":
+                    console.print(f"         [red]{escape(lin.failure(ind.id) or '')}[/]", soft_wrap=True)
+
+
+def _step_json(lin, step) -> dict:
+    ind, parent = step.individual, step.parent
+    return {"id": ind.id, "operator": ind.operator, "parent": parent.id if parent else None,
+            "other_parents": step.other_parents, "question_id": ind.question_id, "question_text": step.question_text,
+            "trigger": ind.trigger, "model": ind.model, "status": ind.status, "fitness": ind.fitness,
+            "parent_fitness": parent.fitness if parent else None,
+            "gain": _ratio(parent.fitness if parent else None, ind.fitness if ind.status == "correct" else None),
+            "wins": step.wins, "losses": step.losses, "ties": step.ties, "failure": lin.failure(ind.id)}
+
+
+def _tree_json(lin, node, parent, stars: set[int]) -> dict:
+    ind = node.individual
+    return {"id": ind.id, "operator": ind.operator, "question_id": ind.question_id, "status": ind.status,
+            "fitness": ind.fitness, "parent": parent.id if parent else None,
+            "gain": _ratio(parent.fitness if parent else None, ind.fitness if ind.status == "correct" else None),
+            "failure": lin.failure(ind.id), "best": ind.id in stars, "shown_above": node.repeat,
+            "children": [_tree_json(lin, child, ind, stars) for child in node.children]}
+
+
+def _tree_label(lin, node, parent, stars: set[int]) -> str:
+    return (_kernel_label(lin, node.individual, parent) + (" [yellow]★[/]" if node.individual.id in stars else "")
+            + (" [dim](shown above)[/]" if node.repeat else ""))
+
+
+def _print_rich_trees(lin, trees, stars: set[int]) -> None:
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    def draw(node, parent, branch) -> None:
+        sub = branch.add(_tree_label(lin, node, parent, stars))
+        for child in node.children:
+            draw(child, node.individual, sub)
+
+    for node in trees:
+        top = Tree(f"run {escape(lin.name)}")
+        draw(node, None, top)
+        console.print(top)
+
+
+def _print_plain_trees(lin, trees, stars: set[int]) -> None:
+    """The tree as plain lines (output not a terminal): one kernel per line, nothing wrapped or cut."""
+    from rich.text import Text
+
+    def draw(node, parent, prefix: str, last: bool) -> None:
+        label = Text.from_markup(_tree_label(lin, node, parent, stars)).plain
+        click.echo(prefix + ("└── " if last else "├── ") + label)
+        for n, child in enumerate(node.children):
+            draw(child, node.individual, prefix + ("    " if last else "│   "), n == len(node.children) - 1)
+
+    for node in trees:
+        click.echo(f"run {lin.name}")
+        draw(node, None, "", True)
+
+
+def _print_deltas(title: str, deltas, before: str, after: str) -> None:
+    from rich.text import Text
+
+    from evokernel.output import Column, print_table
+
+    colour = {"win": "green", "fixed": "green", "loss": "red", "broke": "red"}
+    console.print(f"[bold]{title}[/]", markup=True, highlight=False, soft_wrap=True)
+    columns = [Column("scenario"), *(Column(c, right=True) for c in (before, after, "ratio", "noise", "verdict"))]
+    print_table(console, columns, [[d.name, fmt(d.before), fmt(d.after), fmt(d.ratio), f"{100 * d.noise:.1f}%",
+                                    Text(d.verdict, style=colour.get(d.verdict, "dim"))] for d in deltas])
+
+
+def _delta_json(d) -> dict:
+    return {"scenario": d.name, "before": d.before, "after": d.after, "ratio": d.ratio, "noise": d.noise,
+            "verdict": d.verdict}
+
+
+@click.command()
+@click.argument("run")
+@click.argument("kernel_id", metavar="ID", type=int)
+@json_flag
+def show(run: str, kernel_id: int, as_json: bool) -> None:
+    """Everything about kernel ID: source, diff against its parents, per-scenario results, build log, LLM exchange.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    from rich.markup import escape
+    from rich.rule import Rule
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    from evokernel.output import Column, print_json, print_table
+
+    with open_run(run) as lin:
+        ind = lin.get(kernel_id)
+        parents = lin.parents(ind.id)
+        if as_json:
+            print_json({
+                "run": lin.name, "id": ind.id, "operator": ind.operator, "parent_ids": ind.parent_ids,
+                "generation": ind.generation, "model": ind.model, "trigger": ind.trigger,
+                "question_id": ind.question_id, "question_text": lin.question_text(ind.question_id),
+                "knobs": ind.knobs, "status": ind.status, "fitness": ind.fitness,
+                "gain": _ratio(parents[0].fitness if parents else None,
+                               ind.fitness if ind.status == "correct" else None),
+                "failure": lin.failure(ind.id), "source_file": lin.source_name(ind.id), "source": lin.source(ind.id),
+                "diffs": [{"parent": p.id, "diff": lin.diff(p.id, ind.id)} for p in parents],
+                "scenarios": lin.scenarios(ind.id),
+                "against_parents": [{"parent": p.id, "scenarios": [_delta_json(d) for d in lin.compare(p.id, ind.id)]}
+                                    for p in parents],
+                "build_log": lin.build_log(ind.id), "llm_call": lin.llm_call(ind.id)})
+            return
+        console.print(Rule(f"kernel #{ind.id} of run {escape(lin.name)}"))
+        parent_ids = ", ".join(f"#{p}" for p in ind.parent_ids) or "none (seed)"
+        console.print(_kernel_label(lin, ind), soft_wrap=True)
+        console.print(f"operator {ind.operator} · parents {parent_ids} · generation {ind.generation} · "
+                      f"model {escape(ind.model or '-')} · trigger {escape(ind.trigger or '-')} · "
+                      f"{escape(lin.source_name(ind.id))}", soft_wrap=True)
+        if ind.question_id:
+            text = lin.question_text(ind.question_id) or "(text not in the bank or the run)"
+            console.print(f"question [magenta]{escape(ind.question_id)}[/]: {escape(text)}", soft_wrap=True)
+        if ind.knobs:
+            console.print(f"knobs: {escape(json.dumps(ind.knobs, sort_keys=True))}", soft_wrap=True)
+        language = "cuda" if ind.language == "cuda" else "c"
+        console.print(Rule("source"))
+        console.print(Syntax(lin.source(ind.id), language, line_numbers=True, word_wrap=True))
+        for parent in parents:
+            console.print(Rule(f"diff against parent #{parent.id}"))
+            console.print(Syntax(lin.diff(parent.id, ind.id) or "(identical)", "diff", word_wrap=True))
+        console.print(Rule("scenarios"))
+        rows = lin.scenarios(ind.id)
+        if rows:
+            columns = [Column("scenario"), *(Column(c, right=True) for c in ("ok", "rel err", "time ms", "original ms",
+                                                                               "speedup", "spread")), Column("error")]
+            print_table(console, columns, [
+                [r["name"], Text("yes", style="green") if r["correct"] else Text("NO", style="red"),
+                 fmt(r["rel_err"], ".2e"), fmt(r["time_ms"], ".4f"), fmt(r["original_time_ms"], ".4f"),
+                 fmt(r["speedup"]), "-" if r["spread"] is None else f"{100 * r['spread']:.1f}%", r["error"] or ""]
+                for r in rows])
+            if parents:
+                _print_deltas(f"against parent #{parents[0].id}", lin.compare(parents[0].id, ind.id),
+                              f"#{parents[0].id}", f"#{ind.id}")
+        else:
+            console.print("[dim]no scenario results (rejected before running, or not evaluated yet)[/]")
+        if ind.failure:
+            console.print(f"[red]rejected:[/] {escape(lin.failure(ind.id))}", soft_wrap=True)
+        if ind.build_log:
+            console.print(Rule("build log"))
+            console.print(lin.build_log(ind.id), markup=False, highlight=False, soft_wrap=True)
+        call = lin.llm_call(ind.id)
+        if call:
+            console.print(Rule(f"LLM exchange · {escape(call['model'])} · {call['prompt_tokens'] or '?'} + "
+                               f"{call['completion_tokens'] or '?'} tokens · ${call['cost_usd']:.4f}"))
+            console.print("[bold]prompt[/]")
+            console.print(call["prompt"], markup=False, highlight=False, soft_wrap=True)
+            console.print("[bold]answer[/]")
+            console.print(call["response"] or call["error"] or "", markup=False, highlight=False, soft_wrap=True)
+
+
+@click.command()
+@click.argument("run")
+@click.argument("id_a", metavar="ID_A", type=int)
+@click.argument("id_b", metavar="ID_B", type=int)
+def diff(run: str, id_a: int, id_b: int) -> None:
+    """Source diff from kernel ID_A to ID_B and their per-scenario speeds.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    from rich.syntax import Syntax
+
+    with open_run(run) as lin:
+        a, b = lin.get(id_a), lin.get(id_b)
+        console.print(Syntax(lin.diff(a.id, b.id) or "(identical sources)", "diff", word_wrap=True))
+        _print_deltas(f"speedup over {lin.speed_reference}: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
+                      f"#{a.id}", f"#{b.id}")
+        console.print(f"geomean: #{a.id} {fmt(a.fitness)} ({a.status}) -> #{b.id} {fmt(b.fitness)} ({b.status})"
+                      f"{_gain(a.fitness, b.fitness)}")
+
+
+@click.command()
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Directory to write individuals, scenario_results and llm_calls into (created).")
+def export(run: str, fmt: str, output: Path) -> None:
+    """Write the run as tables: OUTPUT/individuals.FMT, OUTPUT/scenario_results.FMT, OUTPUT/llm_calls.FMT.
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    if output.exists() and not output.is_dir():
+        raise BadInput(f"-o {output}: exists and is not a directory (export writes several tables into a directory)")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise BadInput("--format parquet needs pyarrow, which evokernel depends on: pip install pyarrow") from None
+    with open_run(run) as lin:
+        tables = {"individuals": lin.individuals_table(), "scenario_results": lin.scenarios_table(),
+                  "llm_calls": lin.llm_calls_table()}
+        for name, frame in tables.items():
+            path = output / f"{name}.{fmt}"
+            try:
+                output.mkdir(parents=True, exist_ok=True)
+                frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path, index=False)
+            except OSError as exc:
+                raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
+            console.print(f"{path}: {len(frame)} rows")
+
+
+@click.command()
+@click.argument("run")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True)
+@click.option("--top", "top_k", type=click.IntRange(1), default=10, show_default=True,
+              help="Kernels shown in the lineage graph and the heatmap.")
+def report(run: str, output: Path, top_k: int) -> None:
+    """Write a self-contained HTML report of the run (opens offline in any browser).
+
+    RUN is a run directory, a run id under ./runs, or 'latest'.
+    """
+    from evokernel.report import write_report
+
+    with open_run(run) as lin:
+        write_report(lin, output, top_k)
+        console.print(f"wrote {output} ({output.stat().st_size // 1024} KiB): run {lin.name}, "
+                      f"{len(lin.individuals)} kernels")
