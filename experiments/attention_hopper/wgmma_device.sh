@@ -9,8 +9,8 @@ K=evokernel/defaults/attention_hopper.cu
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
 for step in "$@"; do
   case "$step" in
-    check) timeout 150 python3 $B check $K 2>&1 | tee -a "$OUT/check.log" ;;
-    check:*) timeout 150 python3 $B check $K --set "${step#check:}" 2>&1 | tee -a "$OUT/check.log" ;;
+    check) timeout 100 python3 $B check $K 2>&1 | tee -a "$OUT/check.log" ;;
+    check:*) timeout 100 python3 $B check $K --set "${step#check:}" 2>&1 | tee -a "$OUT/check.log" ;;
     time) timeout 200 python3 $B time $K evokernel/defaults/attention_fa2.cu --rounds 10 2>&1 | tee -a "$OUT/time.log" ;;
     time:*) timeout 200 python3 $B time $K --rounds 10 --set "${step#time:}" 2>&1 | tee -a "$OUT/time.log" ;;
     time2k:*) timeout 100 python3 $B time $K --grid fa3-2k --rounds 10 --set "${step#time2k:}" 2>&1 | tee -a "$OUT/time.log" ;;
