@@ -201,10 +201,10 @@ def test_schema_version_is_recorded_and_runs_without_one_still_open(tmp_path):
 
 
 def test_a_database_file_is_put_in_place_whole_and_only_its_own_writer_makes_its_tables(tmp_path):
-    from evokernel.store import _create
+    from evokernel.store.schema import create_database
 
     (tmp_path / "killed").mkdir()  # a driver killed right after it put its database file in place
-    _create(tmp_path / "killed" / DB_NAME)
+    create_database(tmp_path / "killed" / DB_NAME)
     with pytest.raises(BadInput, match="holds no lineage tables"):  # as a live run copied without its WAL
         Lineage(tmp_path / "killed")
     with Store(tmp_path / "killed") as store:  # the resume's writer makes the tables

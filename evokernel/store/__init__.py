@@ -1,0 +1,22 @@
+"""The lineage store of one run: an embedded SQLite database plus content-addressed sources.
+
+Layout of a run directory:
+    runs/<id>/lineage.db        individuals, scenario results, LLM calls, trigger events, questions
+    runs/<id>/sources/<sha>.cu  every kernel source, named by the hash of its text
+    runs/<id>/config.yaml       the config the run was started with
+    runs/<id>/driver.lock       held by the one driver that writes the run
+Rows are written as results arrive (WAL mode), so a reader can inspect a live run.
+
+Modules: `schema` (tables, schema version and migrations, checks of a database file), `records` (rows as
+values, source hashes), `database` (`Store`: reads and writes), `runs` (finding and opening runs, the
+driver's lock). Their public names are importable from `evokernel.store`.
+"""
+
+from evokernel.store.database import Store
+from evokernel.store.records import STATUSES, Individual, LLMCall, Outcome, normalized_hash, source_hash
+from evokernel.store.runs import DEFAULT_RUNS, RunLock, iter_runs, open_readonly, resolve_run
+from evokernel.store.schema import DB_NAME, SCHEMA_VERSION, DamagedDatabase
+
+__all__ = ["DB_NAME", "DEFAULT_RUNS", "SCHEMA_VERSION", "STATUSES", "DamagedDatabase", "Individual", "LLMCall",
+           "Outcome", "RunLock", "Store", "iter_runs", "normalized_hash", "open_readonly", "resolve_run",
+           "source_hash"]

@@ -1,0 +1,99 @@
+"""The rows of a run's database as Python values, and the hashes that name and deduplicate sources."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("pending", "running", "correct", "rejected")
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def normalized_hash(source: str) -> str:
+    """Hash of the source without comments and whitespace: identical kernels share it.
+
+    Knob comments (`// @knob ...`) are dropped like any comment; the knob values stay in the code.
+    """
+    text = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return hashlib.sha256(re.sub(r"\s+", "", text).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Individual:
+    """One row of `individuals`: a kernel, where it came from and what the harness said of it."""
+
+    operator: str
+    source_hash: str
+    normalized_hash: str
+    language: str
+    parent_ids: list[int] = field(default_factory=list)
+    generation: int = 0
+    question_id: str | None = None
+    trigger: str | None = None
+    model: str | None = None
+    llm_call_id: int | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"
+    fitness: float | None = None
+    failure: str | None = None
+    build_log: str | None = None
+    report: dict | None = None
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    eval_seconds: float | None = None
+    worker: str | None = None
+    device: str | None = None
+    id: int | None = None
+
+    JSON_FIELDS = ("parent_ids", "knobs", "report")
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "Individual":
+        data = dict(row)
+        for name in cls.JSON_FIELDS:
+            data[name] = json.loads(data[name]) if data[name] is not None else None
+        return cls(**data)
+
+
+@dataclass
+class LLMCall:
+    """One row of `llm_calls`: a prompt, its answer, what it cost."""
+
+    model: str
+    prompt: str
+    response: str | None = None
+    operator: str | None = None
+    question_id: str | None = None
+    parent_ids: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float = 0.0
+    latency_s: float | None = None
+    cached: bool = False
+    error: str | None = None
+    reason: str | None = None  # why the call failed, in a few words (see mutations/llm.py failure_reason)
+    question_key: str | None = None  # what defines the question (model, operator, question, parents): replay key
+    created_at: float = field(default_factory=time.time)
+    id: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a kernel did and where it came from, without its source or report (cheap to read at every step)."""
+
+    id: int
+    parent_ids: list[int]
+    question_id: str | None
+    status: str
+    fitness: float | None
+
