@@ -18,6 +18,7 @@ import pandas as pd
 
 from evokernel.errors import BadInput
 from evokernel.lineage import Lineage, compare_scenarios, describe_retime
+from evokernel.lineage.statistics import best_over_evaluations, failures, llm_cost, question_stats, run_summary
 from evokernel.store import Individual
 
 ASSETS = resources.files("evokernel") / "report_assets"
@@ -93,7 +94,7 @@ def chart_data(run: Lineage, top: list[Individual], graph_ids: set[int]) -> dict
         rows.append({"id": ind.id, "fitness": ind.fitness,
                      "values": [results.get(n, {}).get("speedup") for n in names],
                      "correct": [bool(results.get(n, {}).get("correct")) for n in names]})
-    progress = json.loads(run.best_over_evaluations().to_json(orient="records"))
+    progress = json.loads(best_over_evaluations(run).to_json(orient="records"))
     return {"progress": progress, "graph": {"nodes": nodes, "edges": edges},
             "heatmap": {"scenarios": names, "rows": rows}}
 
@@ -101,7 +102,7 @@ def chart_data(run: Lineage, top: list[Individual], graph_ids: set[int]) -> dict
 # -- tables -------------------------------------------------------------------------------------------
 
 def questions_html(run: Lineage) -> str:
-    stats = run.question_stats()
+    stats = question_stats(run)
     rows = [[_e(r.question_id), str(r.asked), str(r.correct), str(r.improved), _pct(r.mean_gain), _pct(r.best_gain),
              _e(r.text or "(text not in the bank or the run)")] for r in stats.itertuples()]
     return _table(["question", "asked", "correct", "improved", "mean gain", "best gain", "text"], rows, {0, 6},
@@ -112,7 +113,7 @@ FAILURE_EXAMPLES = 3  # rejected kernels per reason that get a section of their 
 
 
 def failures_html(run: Lineage, shown: set[int]) -> str:
-    frame = run.failures()
+    frame = failures(run)
     rows = [[_e(r.reason), str(r.count), " ".join(kernel_link(i) if i in shown else f"#{i}"
                                                   for i in r.ids[:12]) + (" …" if len(r.ids) > 12 else "")]
             for r in frame.itertuples()]
@@ -120,7 +121,7 @@ def failures_html(run: Lineage, shown: set[int]) -> str:
 
 
 def cost_html(run: Lineage) -> str:
-    frame = run.llm_cost()
+    frame = llm_cost(run)
     rows = [[_e(r.model), str(r.calls), str(int(r.cached)), str(int(r.errors)), str(int(r.prompt_tokens or 0)),
              str(int(r.completion_tokens or 0)), f"${r.cost_usd:.4f}", _num(r.mean_latency_s, ".1f")]
             for r in frame.itertuples()]
@@ -195,7 +196,7 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     """The whole report as one HTML string."""
     top = run.top(top_k)
     graph_ids = set().union(*(run.ancestors(t.id) for t in top)) if top else set()
-    summary = run.summary()
+    summary = run_summary(run)
     started = datetime.fromtimestamp(summary.started_at).strftime("%Y-%m-%d %H:%M") if summary.started_at else "-"
     best = f"{_num(summary.best)} (#{summary.best_id})" if summary.best_id else "-"
     facts = [f"status: {summary.status}", f"task: {summary.task or '-'}", f"started: {started}",
@@ -204,7 +205,7 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     retime = run.retime(summary.best_id) if summary.best_id else None
     if retime:
         facts.append(f"best #{summary.best_id} {describe_retime(retime)}")
-    examples = {i for ids in run.failures()["ids"] for i in ids[:FAILURE_EXAMPLES]}
+    examples = {i for ids in failures(run)["ids"] for i in ids[:FAILURE_EXAMPLES]}
     order = [t.id for t in top] + sorted((graph_ids | examples) - {t.id for t in top})
     ranks = {t.id: n for n, t in enumerate(top, start=1)}
     kernels = "\n".join(kernel_html(run, run.individuals[i], ranks.get(i)) for i in order)

@@ -9,11 +9,12 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from evokernel.bank import QuestionPolicy, TriggerMonitor, load_bank, needs_recheck, prior_from_runs, question_stats
+from evokernel.bank import QuestionPolicy, TriggerMonitor, load_bank, needs_recheck, prior_from_runs
 from evokernel.bank.triggers import recheck_options
 from evokernel.cli import main
 from evokernel.config import TriggerConfig
 from evokernel.harness import CheckOptions
+from evokernel.lineage.statistics import questions_over_runs
 from evokernel.mutations import Proposal
 from evokernel.store import Store
 from bank_helpers import make_run
@@ -78,7 +79,7 @@ def test_policy_prefers_questions_that_paid_and_honours_the_trigger(tmp_path):
 def test_bank_stats_over_runs(tmp_path):
     first = make_run(tmp_path / "a", [("barrier-waits", 1.2), ("barrier-waits", None), ("between-tiles", 0.9)])
     second = make_run(tmp_path / "b", [("barrier-waits", 1.5)], seed_fitness=1.0)
-    frame = question_stats([first, second]).set_index("question_id")
+    frame = questions_over_runs([first, second]).set_index("question_id")
     assert frame.loc["barrier-waits", ["asked", "correct", "better"]].tolist() == [3, 2, 2]
     assert frame.loc["barrier-waits", "mean_gain"] == pytest.approx((0.2 + 0.5) / 2)
     assert frame.loc["between-tiles", ["asked", "correct", "better"]].tolist() == [1, 1, 0]

@@ -16,8 +16,9 @@ from click.testing import CliRunner
 
 from evokernel.cli import main
 from evokernel.errors import BadInput
-from evokernel.lineage import Lineage, failure_reason, find_runs, resolve_run
-from evokernel.store import Store
+from evokernel.lineage import Lineage, failure_reason, find_runs
+from evokernel.lineage.statistics import best_over_evaluations, failures, llm_cost, question_stats, run_summary
+from evokernel.store import Store, resolve_run
 from test_lineage_fixture import QUESTION_TEXT, SCENARIOS, add, make_run, report
 
 
@@ -70,7 +71,7 @@ def test_descendant_tree_marks_children_with_two_parents_once(runs_dir):
 
 def test_question_effectiveness_counts_children_and_unanswered_calls(runs_dir):
     with Lineage.open("demo") as run:
-        stats = run.question_stats().set_index("question_id")
+        stats = question_stats(run).set_index("question_id")
         layer = stats.loc["q-layer"]
         assert (layer.asked, layer.correct, layer.improved) == (3, 2, 2)  # #3, #6 correct and better; #8 pending
         gains = [run.individuals[3].fitness / run.individuals[2].fitness,
@@ -84,17 +85,17 @@ def test_question_effectiveness_counts_children_and_unanswered_calls(runs_dir):
 
 def test_failures_best_over_evaluations_and_cost(runs_dir):
     with Lineage.open("demo") as run:
-        failures = run.failures().set_index("reason")
-        assert failures.loc["candidate does not compile"].ids == [7]
-        assert failures.loc["max error N against the reference exceeds N"].ids == [4]
-        progress = run.best_over_evaluations()
+        reasons = failures(run).set_index("reason")
+        assert reasons.loc["candidate does not compile"].ids == [7]
+        assert reasons.loc["max error N against the reference exceeds N"].ids == [4]
+        progress = best_over_evaluations(run)
         assert list(progress.id) == [1, 2, 3, 4, 5, 6, 7]  # the pending #8 is not an evaluation
         assert progress.best.is_monotonic_increasing and progress.best_id.iloc[-1] == 6
         assert pd.isna(progress.fitness.iloc[3])
-        cost = run.llm_cost()
+        cost = llm_cost(run)
         assert cost.calls.sum() == 3 and cost.errors.sum() == 2
         assert math.isclose(cost.cost_usd.sum(), 0.0145)
-        summary = run.summary()
+        summary = run_summary(run)
         assert (summary.status, summary.evaluations, summary.correct, summary.best_id) == ("done", 7, 5, 6)
 
 

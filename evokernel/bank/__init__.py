@@ -7,7 +7,9 @@ Interface used by the search, the operators and the CLI:
   `admit_question(dir, text, triggers, layers, id)` writes a question to a user bank after the lint.
 - `QuestionPolicy(bank, prior)`: `choose(trigger, rng, store) -> Question`, Thompson sampling on
   "child beat its parent", counts from the live run's store plus `prior` (`prior_from_runs(config.bank.stats_from)`).
-- `question_stats(run_dirs) -> pandas.DataFrame` per question: asked, correct, better, mean_gain, text.
+- `configured_question_texts(run_dirs)`: the texts of the questions in the banks those runs were configured
+  with. The bank reads runs only through `evokernel.store`; per-question statistics over runs are
+  `evokernel.lineage.statistics.questions_over_runs`.
 - `TriggerMonitor(config.triggers, store)`: the search calls `observe(child_id, parent_fitness, child_fitness,
   proposal)` after every evaluation (returns the events fired: stagnation, declared-limit, suspicious-gain;
   records each with `store.add_trigger_event`; stores a question the LLM proposed when its child beat the
@@ -29,7 +31,7 @@ from evokernel.bank.lint import Problem, duplicate_problems, lint_questions, sha
 from evokernel.bank.policy import QuestionPolicy
 from evokernel.bank.proposals import PROPOSAL_FORMAT, parse_proposed_question, review_proposed
 from evokernel.bank.questions import LAYERS, TRIGGERS, Bank, Question, load_bank, write_question
-from evokernel.bank.stats import prior_from_runs, question_stats
+from evokernel.bank.stats import configured_question_texts, prior_from_runs
 from evokernel.bank.triggers import TriggerMonitor, needs_recheck, recheck_options
 
 
@@ -46,6 +48,6 @@ def question_text(question_id: str) -> str:
 
 
 __all__ = ["LAYERS", "PROPOSAL_FORMAT", "TRIGGERS", "Bank", "Problem", "Question", "QuestionPolicy",
-           "TriggerMonitor", "admit_question", "duplicate_problems", "lint_questions", "load_bank",
-           "needs_recheck", "parse_proposed_question", "prior_from_runs", "question_stats", "question_text",
+           "TriggerMonitor", "admit_question", "configured_question_texts", "duplicate_problems", "lint_questions",
+           "load_bank", "needs_recheck", "parse_proposed_question", "prior_from_runs", "question_text",
            "recheck_options", "review_proposed", "shape_problems", "write_question"]

@@ -32,7 +32,7 @@ class QuestionPolicy:
 
     def beliefs(self, store=None) -> dict[str, tuple[int, int]]:
         """(wins, losses) per question: the prior plus the live run's outcomes."""
-        live = outcome_counts(store.db) if store is not None else {}
+        live = outcome_counts(store) if store is not None else {}
         beliefs = {}
         for question_id in set(self.prior) | set(live):
             asked = self.prior.get(question_id, (0, 0))[0] + live.get(question_id, (0, 0))[0]

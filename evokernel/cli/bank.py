@@ -91,11 +91,11 @@ def bank_lint(bank_dirs: tuple[Path, ...], builtin: bool) -> None:
 @json_flag
 def bank_stats(runs: tuple[str, ...], as_json: bool) -> None:
     """Per question over RUNS (run directories or ids): times asked, children correct, better than parent, mean gain."""
-    from evokernel.bank import question_stats
-    from evokernel.lineage import resolve_run
+    from evokernel.lineage.statistics import questions_over_runs
     from evokernel.output import Column, print_json, print_table
+    from evokernel.store import resolve_run
 
-    frame = question_stats([resolve_run(spec) for spec in runs])
+    frame = questions_over_runs([resolve_run(spec) for spec in runs])
     if as_json:
         print_json(frame)
         return
@@ -123,9 +123,8 @@ def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank
     """Show the questions the LLM proposed in RUN; accept or reject them into --bank (the run is only read)."""
     from evokernel.bank import review_proposed
     from evokernel.bank.proposals import review_status
-    from evokernel.lineage import resolve_run
     from evokernel.output import Column, print_table
-    from evokernel.store import open_readonly
+    from evokernel.store import open_readonly, resolve_run
 
     run_dir = resolve_run(run)
     with open_readonly(run_dir) as store:

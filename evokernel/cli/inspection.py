@@ -340,9 +340,11 @@ def export(run: str, fmt: str, output: Path) -> None:
             import pyarrow  # noqa: F401
         except ImportError:
             raise BadInput("--format parquet needs pyarrow, which evokernel depends on: pip install pyarrow") from None
+    from evokernel.lineage.export import individuals_table, llm_calls_table, scenarios_table
+
     with open_run(run) as lin:
-        tables = {"individuals": lin.individuals_table(), "scenario_results": lin.scenarios_table(),
-                  "llm_calls": lin.llm_calls_table()}
+        tables = {"individuals": individuals_table(lin), "scenario_results": scenarios_table(lin),
+                  "llm_calls": llm_calls_table(lin)}
         for name, frame in tables.items():
             path = output / f"{name}.{fmt}"
             try:

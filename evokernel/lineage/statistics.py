@@ -1,0 +1,174 @@
+"""Whole-run statistics: which questions paid (in one run or summed over several), why kernels were
+rejected, the best over evaluations, what the LLM cost, and the one-line summaries of `evokernel runs`."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from evokernel.errors import BadInput
+from evokernel.lineage.view import Lineage
+from evokernel.store import DEFAULT_RUNS, iter_runs
+
+
+@dataclass
+class RunSummary:
+    """One line of `evokernel runs`."""
+
+    id: str
+    path: Path
+    status: str
+    task: str | None
+    stop_reason: str | None
+    evaluations: int
+    correct: int
+    best: float | None
+    best_id: int | None
+    cost_usd: float
+    started_at: float | None
+
+
+def failure_reason(failure: str, scenario_names: set[str]) -> str:
+    """Group rejections: drop the scenario name, quoted names and numbers from the first line."""
+    text = (failure.strip().splitlines() or ["(no reason recorded)"])[0]
+    prefix, sep, rest = text.partition(": ")
+    if sep and prefix in scenario_names:
+        text = rest
+    if "does not compile" in text:
+        return text.split(":", 1)[0]
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
+    text = re.sub(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b", "N", text)
+    return text[:100]
+
+
+def best_over_evaluations(run: Lineage) -> pd.DataFrame:
+    """evaluation (1-based), id, fitness (None when rejected), best so far, best id."""
+    rows, best, best_id = [], None, None
+    for n, ind in enumerate(run.evaluated(), start=1):
+        if ind.fitness is not None and ind.status == "correct" and (best is None or ind.fitness > best):
+            best, best_id = ind.fitness, ind.id
+        rows.append({"evaluation": n, "id": ind.id, "status": ind.status, "fitness": ind.fitness,
+                     "best": best, "best_id": best_id})
+    return pd.DataFrame(rows, columns=["evaluation", "id", "status", "fitness", "best", "best_id"])
+
+
+def question_stats(run: Lineage) -> pd.DataFrame:
+    """Per question id: asked (children plus answered LLM calls that gave none; attempts that got no
+    answer, such as rate-limited retries, are not counted), correct, improved, mean gain."""
+    stats: dict[str, dict] = {}
+
+    def entry(qid: str) -> dict:
+        return stats.setdefault(qid, {"question_id": qid, "asked": 0, "correct": 0, "improved": 0, "gains": []})
+
+    used_calls = set()
+    for ind in run.individuals.values():
+        if not ind.question_id:
+            continue
+        used_calls.add(ind.llm_call_id)
+        row = entry(ind.question_id)
+        row["asked"] += 1
+        row["correct"] += ind.status == "correct"
+        gain = run.gain(ind)
+        if gain is not None:
+            row["gains"].append(gain)
+            row["improved"] += gain > 1
+    for call in run.store.llm_calls():
+        if call["question_id"] and call["id"] not in used_calls and call["response"] is not None:
+            entry(call["question_id"])["asked"] += 1
+    rows = []
+    for row in stats.values():
+        gains = row.pop("gains")
+        row["mean_gain"] = sum(gains) / len(gains) - 1 if gains else None
+        row["best_gain"] = max(gains) - 1 if gains else None
+        row["text"] = run.question_text(row["question_id"]) or ""  # empty when unknown
+        rows.append(row)
+    columns = ["question_id", "asked", "correct", "improved", "mean_gain", "best_gain", "text"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values(["improved", "asked", "question_id"], ascending=[False, False, True],
+                             ignore_index=True)
+
+
+def questions_over_runs(run_dirs: list[Path]) -> pd.DataFrame:
+    """Per question over all `run_dirs`: times asked, children correct, children better than their
+    parent, and the mean gain (child over best parent, minus one) of the children whose gain is known."""
+    from evokernel.bank import configured_question_texts
+
+    totals: dict[str, dict] = {}
+    for run_dir in run_dirs:
+        with Lineage(Path(run_dir)) as run:
+            frame = question_stats(run)
+            measured = defaultdict(int)
+            for ind in run.individuals.values():
+                if ind.question_id and run.gain(ind) is not None:
+                    measured[ind.question_id] += 1
+            for row in frame.itertuples(index=False):
+                total = totals.setdefault(row.question_id, {"question_id": row.question_id, "asked": 0, "correct": 0,
+                                                            "better": 0, "gain_sum": 0.0, "gain_n": 0, "text": None})
+                total["asked"] += int(row.asked)
+                total["correct"] += int(row.correct)
+                total["better"] += int(row.improved)
+                if row.mean_gain is not None and not pd.isna(row.mean_gain):
+                    total["gain_sum"] += row.mean_gain * measured[row.question_id]
+                    total["gain_n"] += measured[row.question_id]
+                total["text"] = total["text"] or row.text
+    texts = configured_question_texts(run_dirs)
+    rows = [{**t, "mean_gain": t["gain_sum"] / t["gain_n"] if t["gain_n"] else None,
+             "text": t["text"] or texts.get(t["question_id"])} for t in totals.values()]
+    frame = pd.DataFrame(rows, columns=["question_id", "asked", "correct", "better", "mean_gain", "text"])
+    return frame.sort_values(["better", "asked", "question_id"], ascending=[False, False, True], ignore_index=True)
+
+
+def failures(run: Lineage) -> pd.DataFrame:
+    """Rejections grouped by reason: reason, count, ids (most frequent first)."""
+    names = set(run.scenario_names())
+    groups: dict[str, list[int]] = {}
+    for ind in run.individuals.values():
+        if ind.status == "rejected":
+            groups.setdefault(failure_reason(ind.failure or "", names), []).append(ind.id)
+    rows = [{"reason": r, "count": len(ids), "ids": ids} for r, ids in groups.items()]
+    frame = pd.DataFrame(rows, columns=["reason", "count", "ids"])
+    return frame.sort_values(["count", "reason"], ascending=[False, True], ignore_index=True)
+
+
+def llm_cost(run: Lineage) -> pd.DataFrame:
+    """Per model: calls, cached answers, errors, tokens, cost, mean latency."""
+    calls = pd.DataFrame(run.store.llm_calls(), columns=[
+        "id", "model", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s", "cached", "error"])
+    calls["failed"] = calls["error"].notna()
+    frame = calls.groupby("model", as_index=False).agg(
+        calls=("id", "count"), cached=("cached", "sum"), errors=("failed", "sum"),
+        prompt_tokens=("prompt_tokens", "sum"), completion_tokens=("completion_tokens", "sum"),
+        cost_usd=("cost_usd", "sum"), mean_latency_s=("latency_s", "mean"))
+    return frame.sort_values("cost_usd", ascending=False, ignore_index=True)
+
+
+def run_summary(run: Lineage) -> RunSummary:
+    """The line of `evokernel runs` for one run."""
+    meta = run.store.meta()
+    best = run.top(1)
+    started = meta.get("started_at") or min((i.created_at for i in run.individuals.values()), default=None)
+    return RunSummary(id=run.name, path=run.run_dir, status=str(meta.get("status", "unknown")),
+                      task=meta.get("task") or (meta.get("config") or {}).get("task"),
+                      stop_reason=meta.get("stop_reason"), evaluations=len(run.evaluated()),
+                      correct=sum(i.status == "correct" for i in run.individuals.values()),
+                      best=best[0].fitness if best else None, best_id=best[0].id if best else None,
+                      cost_usd=run.store.total_cost(), started_at=started)
+
+
+def find_runs(root: Path = DEFAULT_RUNS) -> list[RunSummary]:
+    """Summaries of the runs under `root`, newest first; unreadable runs are skipped with a note."""
+    if not root.is_dir():
+        raise BadInput(f"no runs directory {root}/")
+    summaries = []
+    for path in iter_runs(root):
+        try:
+            with Lineage(path) as run:
+                summaries.append(run_summary(run))
+        except (BadInput, sqlite3.DatabaseError) as exc:
+            summaries.append(RunSummary(path.name, path, f"unreadable: {exc}", None, None, 0, 0, None, None, 0.0, None))
+    return summaries
