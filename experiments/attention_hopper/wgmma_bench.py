@@ -10,6 +10,9 @@ interleaved launches, the L2 flushed before each, CUDA events, median.
     python experiments/attention_hopper/wgmma_bench.py time evokernel/defaults/attention_hopper.cu \
         evokernel/defaults/attention_fa2.cu --rounds 15
     ... --set NAME=VALUE,NAME=VALUE   (knob overrides, applied to the first kernel)
+    ... --set "A=1;A=2,B=3"           (several variants of the first kernel, built in parallel,
+                                        checked one after the other or timed in the same rounds)
+    ... --knob-values                  (the variants that give every knob each of its values)
 """
 
 from __future__ import annotations
@@ -69,6 +72,13 @@ def build(path: Path, overrides: dict[str, str], workdir: Path, extra: list[str]
     lib.evk_attention_fwd.argtypes = [ctypes.POINTER(Params), ctypes.c_void_p]
     lib.evk_attention_fwd.restype = ctypes.c_int
     return lib
+
+
+def knob_value_sets(source: str) -> list[dict[str, str]]:
+    """Override sets that together give every `// @knob` its every value (set i takes value i mod n)."""
+    knobs = {m[1]: m[3].split(",") for m in re.finditer(r"^#define (\w+) (\S+)\s*// @knob (\S+)", source, flags=re.M)}
+    count = max(len(v) for v in knobs.values())
+    return [{name: values[i % len(values)] for name, values in knobs.items()} for i in range(count)]
 
 
 def call(lib, q, k, v, o, causal, scale) -> int:
@@ -186,21 +196,33 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/evk_bench"))
     ap.add_argument("--grid", default="fa3", choices=["fa3", "fa3-2k"])
+    ap.add_argument("--knob-values", action="store_true", help="variants giving every knob each of its values")
     ap.add_argument("--sub", default="", help="source substitutions for the first kernel: OLD@@NEW")
     args = ap.parse_args()
-    overrides = dict(kv.split("=") for kv in args.set.split(",") if kv)
-    libs = {}
-    for i, path in enumerate(args.kernels):
-        if i == 0 and args.sub:
-            old, new = args.sub.split("@@")
-            text = path.read_text()
-            assert old in text, "substitution target not found"
-            path = args.workdir / ("sub-" + path.name)
-            args.workdir.mkdir(parents=True, exist_ok=True)
-            path.write_text(text.replace(old, new))
-        libs[path.stem] = build(path, overrides if i == 0 else {}, args.workdir)
+    sets = [dict(kv.split("=") for kv in group.split(",") if kv) for group in args.set.split(";")]
+    first = args.kernels[0]
+    if args.sub:
+        old, new = args.sub.split("@@")
+        text = first.read_text()
+        assert old in text, "substitution target not found"
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        first = args.workdir / ("sub-" + first.name)
+        first.write_text(text.replace(old, new))
+    if args.knob_values:
+        sets = knob_value_sets(first.read_text())
+    jobs = [(f"v{i}" if len(sets) > 1 else first.stem, first, o) for i, o in enumerate(sets)]
+    jobs += [(path.stem, path, {}) for path in args.kernels[1:]]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(8) as pool:
+        built = list(pool.map(lambda job: build(job[1], job[2], args.workdir), jobs))
+    libs = {name: lib for (name, _, _), lib in zip(jobs, built)}
+    for (name, _, o) in jobs:
+        print(f"{name}: {o}")
     if args.mode == "check":
-        ok = check(next(iter(libs.values())), CHECK_SHAPES)
+        ok = True
+        for (name, _, o) in jobs[:len(sets)]:
+            print(f"--- {name} {o}")
+            ok &= check(libs[name], CHECK_SHAPES)
         print("CHECK", "PASS" if ok else "FAIL", args.set)
         return 0 if ok else 1
     grid = FA3_GRID if args.grid == "fa3" else [g for g in FA3_GRID if g[2] == 2048]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build, check and time the Hopper seed (attention_hopper.cu) against cuDNN SDPA and
 # the FA2-style seed. Logs under $OUT. Usage: bash experiments/attention_hopper/wgmma_device.sh [STEP...]
+# time:SETS and check:SETS take knob overrides, several variants separated by ';' (quote the step).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -10,6 +11,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 for step in "$@"; do
   case "$step" in
     check) timeout 100 python3 $B check $K 2>&1 | tee -a "$OUT/check.log" ;;
+    checkknobs) timeout 200 python3 $B check $K --knob-values 2>&1 | tee -a "$OUT/check.log" ;;
     check:*) timeout 100 python3 $B check $K --set "${step#check:}" 2>&1 | tee -a "$OUT/check.log" ;;
     time) timeout 200 python3 $B time $K evokernel/defaults/attention_fa2.cu --rounds 10 2>&1 | tee -a "$OUT/time.log" ;;
     time:*) timeout 200 python3 $B time $K --rounds 10 --set "${step#time:}" 2>&1 | tee -a "$OUT/time.log" ;;
