@@ -22,9 +22,9 @@ from unittest import mock
 from rich.console import Console
 
 from evokernel.defaults import DEFAULTS_DIR
+from evokernel.evaluation import detect_gpus
 from evokernel.harness import CheckOptions, CheckReport, check_kernel, get_task
 from evokernel.harness.build import build
-from evokernel.harness.remote import detect_gpus
 from results_entry import append_entry
 
 console = Console()

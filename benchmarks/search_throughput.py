@@ -34,7 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from evokernel.config import parse_config
-from evokernel.harness.remote import connect, detect_gpus
+from evokernel.evaluation import detect_gpus
+from evokernel.evaluation.ray_pool import connect
 from evokernel.mutations import Proposal
 from evokernel.search import Search
 from evokernel.store import Store

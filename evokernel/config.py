@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from evokernel.errors import BadInput, read_text, read_yaml
 
@@ -30,17 +31,27 @@ class SelectionConfig(Strict):
     migrants: int = Field(1, ge=1)
 
 
-class OperatorWeights(Strict):
-    knob_mutation: float = Field(1.0, ge=0, alias="knob-mutation")
-    knob_crossover: float = Field(0.5, ge=0, alias="knob-crossover")
-    question_mutation: float = Field(2.0, ge=0, alias="question-mutation")
-    question_crossover: float = Field(0.5, ge=0, alias="question-crossover")
-    repair: float = Field(0.5, ge=0)
+class OperatorWeights(RootModel[dict[str, Annotated[float, Field(ge=0)]]]):
+    """Operator name -> weight of its proposals: any registered operator (`evokernel.mutations`); those a
+    config does not name keep their registered default weight."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    root: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    model_config = ConfigDict(validate_default=True)
+
+    @field_validator("root")
+    @classmethod
+    def _registered(cls, weights: dict[str, float]) -> dict[str, float]:
+        from evokernel.mutations import operators
+
+        known = operators()
+        for name in weights:
+            if name not in known:
+                raise PydanticCustomError("unknown_operator", "unknown operator '{name}' (known: {known})",
+                                          {"name": name, "known": ", ".join(sorted(known))})
+        return {name: weights.get(name, registration.default_weight) for name, registration in known.items()}
 
     def as_dict(self) -> dict[str, float]:
-        return self.model_dump(by_alias=True)
+        return dict(self.root)
 
 
 class ModelConfig(Strict):
@@ -112,6 +123,18 @@ class ResourceConfig(Strict):
                                      "the cluster fits; more than its CPUs hold is refused when the run starts)")
     evaluation_timeout_s: float = Field(900, gt=0, le=MAX_EVALUATION_TIMEOUT_S, description="seconds one evaluation "
                                         "may take (at most a day)")
+    evaluator: Literal["ray", "local", "replay"] = Field("ray", description="what runs the checks: ray (actors on "
+                                                       "the Ray cluster), local (threads of the driver, no Ray), "
+                                                       "replay (recorded reports, no harness)")
+    replay_evaluations: Path | None = Field(None, description="evaluator replay: a run directory, or a directory of "
+                                            "kernels beside their `evokernel check --json` reports (k1.cu, k1.json)")
+
+    @model_validator(mode="after")
+    def _replay_has_reports(self) -> "ResourceConfig":
+        if (self.evaluator == "replay") != (self.replay_evaluations is not None):
+            raise PydanticCustomError("replay_evaluations", "evaluator 'replay' needs replay_evaluations (the reports "
+                                      "it serves), and only it takes them")
+        return self
 
 
 class RunConfig(Strict):
@@ -165,6 +188,9 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunCo
             config.llm.cache_dir = base_dir / config.llm.cache_dir
         if config.llm.replay_from is not None and not config.llm.replay_from.is_absolute():
             config.llm.replay_from = base_dir / config.llm.replay_from
+        replayed = config.resources.replay_evaluations
+        if replayed is not None and not replayed.is_absolute():
+            config.resources.replay_evaluations = base_dir / replayed
     for index, seed in enumerate(config.seeds):
         if not seed.is_file():
             raise BadInput(f"{source}: field 'seeds.{index}': file not found: {seed}")

@@ -43,6 +43,11 @@ def test_default_config_without_gpu_is_the_cpu_task():
     ({"task": "attention-fwd-cpu", "trials": 1000000000}, "trials"),
     ({"task": "attention-fwd-cpu", "random_seed": -1}, "random_seed"),
     ({"task": "attention-fwd-cpu", "random_seed": 2**64}, "random_seed"),
+    ({"task": "attention-fwd-cpu", "operators": {"knob-mutaton": 1}}, "operators': unknown operator 'knob-mutaton' "
+                                                                       "(known: knob-crossover, knob-mutation,"),
+    ({"task": "attention-fwd-cpu", "resources": {"evaluator": "replay"}}, "resources': evaluator 'replay' needs"),
+    ({"task": "attention-fwd-cpu", "resources": {"evaluator": "ray", "replay_evaluations": "."}}, "resources'"),
+    ({"task": "attention-fwd-cpu", "resources": {"evaluator": "threads"}}, "resources.evaluator"),
 ])
 def test_invalid_config_exits_2_naming_the_field(tmp_path, content, field):
     path = tmp_path / "config.yaml"

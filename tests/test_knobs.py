@@ -94,4 +94,5 @@ def test_crossover_needs_the_same_knob_set():
 
 def test_knob_operators_are_registered():
     registered = operators()
-    assert registered["knob-mutation"] is KnobMutation and registered["knob-crossover"] is KnobCrossover
+    assert registered["knob-mutation"].factory is KnobMutation and registered["knob-crossover"].factory is KnobCrossover
+    assert not registered["knob-mutation"].uses_llm and registered["knob-mutation"].default_weight == 1.0

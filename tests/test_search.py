@@ -22,7 +22,8 @@ from evokernel.errors import BadInput
 from evokernel.harness import get_task
 from evokernel.mutations import Proposal
 from evokernel.mutations.knobs import KnobCrossover, KnobMutation
-from evokernel.search import UNPRODUCTIVE_LIMIT, Search, failure_kind
+from evokernel.search import Search, failure_kind
+from evokernel.search.driver import UNPRODUCTIVE_LIMIT
 from evokernel.store import Store
 
 ORIGINAL = get_task("attention-fwd-cpu").original.read_text()
@@ -177,10 +178,10 @@ def test_resume_after_kill_9_loses_and_repeats_no_evaluation(tmp_path):
 
 
 def test_a_dead_evaluation_worker_costs_one_evaluation(tmp_path):
+    from evokernel.evaluation.ray_pool import RayPool
     from evokernel.harness import CheckOptions
-    from evokernel.harness.remote import EvaluationPool
 
-    pool = EvaluationPool(get_task("attention-fwd-cpu"), CheckOptions(scenario_set="grid", rounds=30), 1, 1, 0)
+    pool = RayPool("attention-fwd-cpu", CheckOptions(scenario_set="grid", rounds=30), 1, 1, 0)
     try:
         def finish() -> list:
             finished = []
@@ -208,14 +209,14 @@ def test_a_dead_evaluation_worker_costs_one_evaluation(tmp_path):
 
 
 def test_a_worker_past_its_deadline_is_killed_and_charged_once():
+    from evokernel.evaluation.ray_pool import RayPool
     from evokernel.harness import CheckOptions
-    from evokernel.harness.remote import EvaluationPool
 
     # The kernel hangs as it is loaded (a constructor): there the harness gives a worker 60 s to start, and the
     # check 600 s in all, so the driver's deadline of 3 s is certainly first, also on a busy machine.
     hang = ORIGINAL + ("\n__attribute__((constructor)) static void evk_hang(void) "
                        "{ for (volatile int spin = 1; spin;) {} }\n")
-    pool = EvaluationPool(get_task("attention-fwd-cpu"), CheckOptions(timeout_s=600), 1, 1, 0)
+    pool = RayPool("attention-fwd-cpu", CheckOptions(timeout_s=600), 1, 1, 0)
     try:
         pool.submit(0, ORIGINAL, "warm-up", CheckOptions(time_kernels=False))  # the actor is up before the clock runs
         finished = []
@@ -241,8 +242,8 @@ def test_a_worker_past_its_deadline_is_killed_and_charged_once():
 
 
 def test_prebuild_fills_the_build_cache(tmp_path, monkeypatch):
+    from evokernel.evaluation.ray_pool import _prebuild
     from evokernel.harness.build import build
-    from evokernel.harness.remote import _prebuild
 
     monkeypatch.setenv("EVOKERNEL_CACHE", str(tmp_path / "cache"))
     task = get_task("attention-fwd-cpu")
@@ -254,13 +255,13 @@ def test_prebuild_fills_the_build_cache(tmp_path, monkeypatch):
 def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
     import dataclasses
 
+    from evokernel.evaluation.ray_pool import RayPool
     from evokernel.harness import CheckOptions
     from evokernel.harness.build import build
-    from evokernel.harness.remote import EvaluationPool
 
     task = get_task("attention-fwd-cpu")
-    as_gpu_task = dataclasses.replace(task, language="cuda")  # prebuilds only for GPU tasks; compiles as C here
-    pool = EvaluationPool(as_gpu_task, CheckOptions(), 1, 1, 0)
+    pool = RayPool(task.name, CheckOptions(), 1, 1, 0)
+    pool.task = dataclasses.replace(task, language="cuda")  # prebuilds only for GPU tasks; compiles as C here
     source = ORIGINAL + f"\nstatic const int evk_test_variant = {time.time_ns() % 1_000_000_007};\n"
     try:
         pool.prebuild(source)

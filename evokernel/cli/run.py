@@ -108,10 +108,10 @@ def _with_replay(config, replay: Path):
 def _llm_preflight(config, check: bool) -> None:
     """Before the search: a USD budget needs a price per model; one short call per model (unless skipped)
     turns a wrong model name, key or endpoint into a one-line error. A replay calls no model."""
-    from evokernel.search import LLM_OPERATORS
+    from evokernel.mutations import llm_operator_names
 
     weights = config.operators.as_dict()
-    if not config.llm.models or not any(weights.get(name, 0) > 0 for name in LLM_OPERATORS):
+    if not config.llm.models or not any(weights.get(name, 0) > 0 for name in llm_operator_names()):
         return
     from evokernel.mutations.llm import LLMClient, all_models, check_prices, replay_answers
 

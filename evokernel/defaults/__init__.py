@@ -13,7 +13,7 @@ DEFAULTS_DIR = Path(__file__).parent
 def default_config_path(gpu: bool | None = None) -> Path:
     """The embedded config for this machine (`gpu` None: detect a CUDA GPU)."""
     if gpu is None:
-        from evokernel.harness.remote import detect_gpus
+        from evokernel.evaluation import detect_gpus
 
         gpu = detect_gpus() > 0
     return DEFAULTS_DIR / ("gpu.yaml" if gpu else "cpu.yaml")

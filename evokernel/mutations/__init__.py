@@ -1,13 +1,18 @@
 """Mutation operators: how a child kernel is proposed from one or two parents.
 
-Operators are registered by name (`register`) and looked up by the search, which builds a DEAP
-toolbox from the ones whose weight is positive. Knob operators need no LLM; question operators
-ask a question from the bank through an LLM. Interface: `Parent`, `Proposal`, `ProposalFailed`,
-`Context`, `Operator`, `register`, `operators`.
+An operator is one module of this package holding a class decorated with `register`: the class's
+`name`, `arity` and `uses_llm` and the registration's default weight are all that the config (which
+accepts the weight of any registered name) and the search (which builds a DEAP toolbox from the
+operators whose weight is positive, those that use an LLM only when a model is configured) need.
+Knob operators need no LLM; question operators ask a question from the bank through an LLM.
+Interface: `Parent`, `Proposal`, `ProposalFailed`, `Context`, `Operator`, `Registration`, `register`,
+`operators`, `llm_operator_names`.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -68,21 +73,38 @@ class Operator(Protocol):
     def __call__(self, parents: list[Parent], context: Context) -> Proposal: ...
 
 
-_REGISTRY: dict[str, Callable[..., Operator]] = {}
+@dataclass(frozen=True)
+class Registration:
+    """A registered operator: how to build it from the run's config, and what the config must hold for it."""
+
+    name: str
+    factory: Callable[..., Operator]  # called with the RunConfig
+    uses_llm: bool  # built only when the config names a model (llm.models)
+    default_weight: float  # its weight when the config's `operators` does not name it
 
 
-def register(name: str) -> Callable:
-    """Class decorator: make an operator factory available to configs under `name`."""
+_REGISTRY: dict[str, Registration] = {}
 
-    def decorate(factory: Callable[..., Operator]) -> Callable[..., Operator]:
-        _REGISTRY[name] = factory
+
+def register(default_weight: float) -> Callable:
+    """Class decorator: make an operator class available to configs under its `name`, weighted
+    `default_weight` unless a config says otherwise."""
+
+    def decorate(factory: type) -> type:
+        _REGISTRY[factory.name] = Registration(factory.name, factory, factory.uses_llm, default_weight)
         return factory
 
     return decorate
 
 
-def operators() -> dict[str, Callable[..., Operator]]:
-    """All registered operator factories (importing the modules that define them)."""
-    from evokernel.mutations import knobs, questions  # noqa: F401  (their operators register themselves)
-
+def operators() -> dict[str, Registration]:
+    """Every registered operator, by name (importing each module of this package: an operator's module
+    registers it as it is imported)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
     return dict(_REGISTRY)
+
+
+def llm_operator_names() -> list[str]:
+    """The registered operators that ask an LLM (they need a model in the config)."""
+    return sorted(name for name, registration in operators().items() if registration.uses_llm)

@@ -98,7 +98,7 @@ class _KnobOperator:
         self.config = config
 
 
-@register("knob-mutation")
+@register(default_weight=1.0)
 class KnobMutation(_KnobOperator):
     """Change one knob of the parent to another allowed value."""
 
@@ -115,7 +115,7 @@ class KnobMutation(_KnobOperator):
                         parent_ids=[parent.id], knobs=child)
 
 
-@register("knob-crossover")
+@register(default_weight=0.5)
 class KnobCrossover(_KnobOperator):
     """Uniform crossover of the knob values of two parents with the same knobs."""
 

@@ -71,7 +71,7 @@ class _QuestionOperator:
         return policy.choose(trigger, context.rng, context.store)
 
 
-@register("question-mutation")
+@register(default_weight=2.0)
 class QuestionMutation(_QuestionOperator):
     """Ask one question about one parent; the answer is the child."""
 
@@ -85,7 +85,7 @@ class QuestionMutation(_QuestionOperator):
         return self._answer(prompt, question, trigger, parents[:1], context)
 
 
-@register("question-crossover")
+@register(default_weight=0.5)
 class QuestionCrossover(_QuestionOperator):
     """Ask a question about the difference between two parents; the answer combines them."""
 
@@ -125,7 +125,7 @@ def repairs_so_far(store, parent_id: int) -> int:
     return children + depth
 
 
-@register("repair")
+@register(default_weight=0.5)
 class Repair(_QuestionOperator):
     """Ask a repair question about a kernel the harness rejected, with its error."""
 

@@ -1,44 +1,28 @@
-"""Ray evaluation workers: one actor per evaluation slot, each holding the resources of one
-evaluation (a whole GPU for a CUDA task), running one check at a time, so two timed kernels never
-share a GPU. The candidate itself runs in the harness's sandboxed child process with a hard time
-limit; a worker that dies anyway costs that one evaluation (reported as rejected), never the run.
-Evaluations are never retried automatically.
+"""The Ray evaluator: one actor per evaluation slot, each holding the resources of one evaluation
+(a whole GPU for a CUDA task), running one check at a time, so two timed kernels never share a GPU.
+The candidate itself runs in the harness's sandboxed child process with a hard time limit; a worker
+that dies anyway costs that one evaluation (reported as rejected), never the run. Evaluations are
+never retried automatically.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
-import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput
-from evokernel.harness.check import CheckOptions, build_checked, check_source
-from evokernel.harness.report import CheckReport
-from evokernel.harness.tasks import Task, get_task
+from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
+from evokernel.harness import CheckOptions, Task, check_source, get_task
+from evokernel.harness.check import build_checked
 
 DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
 MAX_RESENDS = 5  # calls sent again to an actor that was restarting (it never ran them)
 RESEND_DELAY_S = 1.0
-
-
-def detect_gpus() -> int:
-    """CUDA GPUs on this machine (nvidia-smi, else torch), 0 when there is none."""
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
-            return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def connect(address: str | None) -> bool:
@@ -62,34 +46,26 @@ def connect(address: str | None) -> bool:
 class _Evaluator:
     """Ray actor body: checks sources for one task with fixed options."""
 
-    def __init__(self, task_name: str, options: dict) -> None:
-        self.task_name = task_name
+    def __init__(self, task: str, options: dict) -> None:
+        self.task = task
         self.options = CheckOptions(**options)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
     def evaluate(self, source: str, label: str, options: dict | None = None) -> tuple[dict, str]:
         """Check one source (with other options for a re-check); returns the report and this worker's name."""
         chosen = CheckOptions(**options) if options else self.options
-        return check_source(source, self.task_name, chosen, kernel_name=label).to_dict(), self.name
+        return check_source(source, self.task, chosen, kernel_name=label).to_dict(), self.name
 
 
-def _prebuild(source: str, task_name: str) -> None:
+def _prebuild(source: str, task: str) -> None:
     """Ray task body: compile a candidate into the build cache (a GPU worker then finds it there)."""
-    build_checked(source, get_task(task_name), "candidate")
-
-
-@dataclass
-class Finished:
-    key: Any  # what the caller submitted it under
-    report: dict  # CheckReport.to_dict()
-    worker: str | None
-    started_at: float
-    seconds: float
+    build_checked(source, get_task(task), "candidate")
 
 
 @dataclass
 class _Call:
     key: Any
+    label: str
     slot: int
     started_at: float
     deadline: float
@@ -98,29 +74,49 @@ class _Call:
     resends: int = 0
 
 
-@dataclass
-class EvaluationPool:
-    """`slots` evaluation actors; `submit` when `free_slots()`, then `wait` for finished ones."""
+class RayPool(Evaluator):
+    """`slots` evaluation actors of `num_cpus` CPUs and `num_gpus` GPUs each, on the connected Ray cluster."""
 
-    task: Task
-    options: CheckOptions
-    slots: int
-    num_cpus: float
-    num_gpus: float
-    actors: list = field(default_factory=list)
-    calls: dict = field(default_factory=dict)  # ObjectRef -> _Call
-    builds: list = field(default_factory=list)  # prebuilds in progress
-    busy_seconds: float = 0.0
-    first_submit: float | None = None
-
-    def __post_init__(self) -> None:
+    def __init__(self, task: str, options: CheckOptions, slots: int, num_cpus: float, num_gpus: float,
+                 owns_ray: bool = False) -> None:
+        """`task` is the reference the actors resolve with `get_task`; `owns_ray`: `shutdown` stops Ray too."""
         import ray
 
+        super().__init__(slots)
+        self.task_ref, self.task = task, get_task(task)
+        self.options = options
+        self.owns_ray = owns_ray
         remote = ray.remote(max_restarts=-1, max_task_retries=0)(_Evaluator)
-        self.actors = [remote.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus)
-                       .remote(self.task.name, asdict(self.options)) for _ in range(self.slots)]
+        self.actors = [remote.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(task, asdict(options))
+                       for _ in range(slots)]
+        self.builds: list = []  # prebuilds in progress
         self._prebuild = ray.remote(num_cpus=1, max_retries=0)(_prebuild)
-        self.deadline_s = self.options.timeout_s + self.options.compile_timeout_s + DEADLINE_MARGIN_S
+        self.deadline_s = options.timeout_s + options.compile_timeout_s + DEADLINE_MARGIN_S
+
+    @classmethod
+    def start(cls, resources: ResourceConfig, task: str, options: CheckOptions) -> "RayPool":
+        """Join or start Ray and the pool; settings the cluster cannot hold are refused here (Ray would wait
+        forever). Whatever this started is stopped again when it fails or is interrupted."""
+        import ray
+
+        owns_ray = not ray.is_initialized()
+        try:
+            connect(resources.address)
+            slots, cpus, gpus = evaluation_slots(get_task(task), resources.max_parallel,
+                                                 resources.gpus_per_evaluation, resources.cpus_per_evaluation)
+            have = ray.cluster_resources().get("CPU", 0.0)
+            if cpus > have:
+                raise BadInput(f"field 'resources.cpus_per_evaluation': {cpus:g} CPUs per evaluation, and the Ray "
+                               f"cluster has {have:g}")
+            if slots * cpus > have:
+                field_name = "resources.max_parallel" if resources.max_parallel else "resources.cpus_per_evaluation"
+                raise BadInput(f"field '{field_name}': {slots} evaluations at once of {cpus:g} CPUs each need "
+                               f"{slots * cpus:g} CPUs, and the Ray cluster has {have:g}")
+            return cls(task, options, slots, cpus, gpus, owns_ray=owns_ray)
+        except BaseException:
+            if owns_ray:
+                ray.shutdown()  # also after an interrupted start: it stops what was started
+            raise
 
     def prebuild(self, source: str) -> None:
         """Compile a queued CUDA candidate on a CPU worker while the GPUs are busy, so that the GPU
@@ -132,24 +128,17 @@ class EvaluationPool:
             return
         if self.builds:
             _, self.builds = ray.wait(self.builds, num_returns=len(self.builds), timeout=0)
-        self.builds.append(self._prebuild.remote(source, self.task.name))
-
-    def free_slots(self) -> int:
-        return self.slots - len(self.calls)
-
-    def in_flight(self) -> int:
-        return len(self.calls)
+        self.builds.append(self._prebuild.remote(source, self.task_ref))
 
     def submit(self, key: Any, source: str, label: str, options: CheckOptions | None = None) -> None:
         busy = {call.slot for call in self.calls.values()}
         slot = next(i for i in range(self.slots) if i not in busy)
-        now = time.time()
-        self.first_submit = self.first_submit or now
+        now = self._started()
         request = (source, label, asdict(options) if options else None)
-        self.calls[self.actors[slot].evaluate.remote(*request)] = _Call(key, slot, now, now + self.deadline_s, request)
+        self.calls[self.actors[slot].evaluate.remote(*request)] = _Call(key, label, slot, now, now + self.deadline_s,
+                                                                        request)
 
     def wait(self, timeout: float) -> list[Finished]:
-        """Finished evaluations (possibly none after `timeout` seconds)."""
         import ray
 
         if not self.calls:
@@ -182,13 +171,10 @@ class EvaluationPool:
         except ray.exceptions.RayTaskError as exc:
             cause = str(exc.cause if exc.cause is not None else exc).strip().splitlines()
             report = self._failure(call, f"evaluation error: {cause[-1] if cause else type(exc).__name__}")
-        seconds = time.time() - call.started_at
-        self.busy_seconds += seconds
-        return Finished(call.key, report, worker, call.started_at, seconds)
+        return Finished(call.key, report, worker, call.started_at, self._ended(call.started_at))
 
     def _failure(self, call: _Call, reason: str) -> dict:
-        report = CheckReport(task=self.task.name, kernel=str(call.key), scenario_set=self.options.scenario_set)
-        return report.reject(reason).to_dict()
+        return rejection(self.task.name, call.label, self.options, reason)
 
     def _enforce_deadlines(self) -> None:
         import ray
@@ -199,21 +185,14 @@ class EvaluationPool:
                 call.killed = True
                 ray.kill(self.actors[call.slot], no_restart=False)
 
-    def busy_fraction(self) -> float | None:
-        """Share of slot time spent evaluating since the first submission."""
-        if self.first_submit is None:
-            return None
-        now = time.time()
-        running = sum(now - call.started_at for call in self.calls.values())
-        elapsed = (now - self.first_submit) * self.slots
-        return min(1.0, (self.busy_seconds + running) / elapsed) if elapsed > 0 else None
-
     def shutdown(self) -> None:
         import ray
 
         for actor in self.actors:
             ray.kill(actor)
         self.actors, self.calls = [], {}
+        if self.owns_ray:
+            ray.shutdown()
 
 
 def evaluation_slots(task: Task, max_parallel: int | None, gpus_per_evaluation: float,

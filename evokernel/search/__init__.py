@@ -1,0 +1,16 @@
+"""The search (`evokernel run`): a steady-state evolutionary loop over kernels.
+
+`driver` is the loop itself (proposals -> evaluations -> population); around it: `proposals` (the
+operators a config enables, what they are told of a parent), `run_dir` (the run's directory, config,
+seeds and per-session meta, so that a killed run resumes), `retime` (the end-of-run re-timing of the best
+kernel against the seed), `interrupts` (Ctrl-C and SIGTERM) and `stats` (the progress and summary).
+Evaluations go to an `evokernel.evaluation.Evaluator` the config picks.
+
+Interface: `Search`, `SearchStats`, `SearchResult`, `new_run_dir`, `failure_kind`.
+"""
+
+from evokernel.search.driver import Search
+from evokernel.search.run_dir import new_run_dir
+from evokernel.search.stats import SearchResult, SearchStats, failure_kind
+
+__all__ = ["Search", "SearchResult", "SearchStats", "failure_kind", "new_run_dir"]

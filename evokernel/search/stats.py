@@ -1,0 +1,57 @@
+"""What a search reports while it runs and when it ends: `SearchStats` (the progress display, also
+the end-of-run summary), `SearchResult`, and `failure_kind` (rejection reasons counted by kind)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evokernel.store import Individual
+
+
+@dataclass
+class SearchStats:
+    """What the progress display shows; also the end-of-run summary."""
+
+    run_dir: Path
+    evaluations: int = 0  # finished evaluations, including earlier sessions of a resumed run
+    budget: int | None = None
+    in_flight: int = 0
+    queued: int = 0  # proposals stored and waiting for a free slot
+    proposing: int = 0  # proposals being generated (LLM calls)
+    slots: int = 0
+    best_id: int | None = None
+    best_fitness: float | None = None
+    seed_id: int | None = None
+    seed_fitness: float | None = None
+    failures: Counter = field(default_factory=Counter)  # rejected evaluations by kind of reason
+    duplicates: int = 0  # proposals identical to an earlier kernel: skipped, not evaluated
+    proposal_failures: Counter = field(default_factory=Counter)  # by operator
+    busy_fraction: float | None = None
+    cost_usd: float = 0.0
+    elapsed_s: float = 0.0  # including earlier sessions
+    driver_seconds: float = 0.0  # time this session's driver spent outside waiting
+    session_evaluations: int = 0
+    last: str | None = None  # the latest event, as one line
+    llm: bool = False
+
+    @property
+    def overhead_per_evaluation_s(self) -> float | None:
+        return self.driver_seconds / self.session_evaluations if self.session_evaluations else None
+
+
+@dataclass
+class SearchResult:
+    stats: SearchStats
+    status: str  # finished or stopped
+    reason: str  # why it ended
+    best: Individual | None
+
+
+def failure_kind(reason: str | None) -> str:
+    """The kind of a rejection reason, for counting (drops scenario names, numbers and details)."""
+    text = re.sub(r"^[\w.]+(-[\w.]+)+: ", "", reason or "unknown")
+    text = re.split(r":| during | after |\d", text, maxsplit=1)[0]
+    return text.strip() or "unknown"
