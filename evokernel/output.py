@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import click
 from rich.console import Console
@@ -56,6 +56,44 @@ def print_table(console: Console, columns: Iterable[Column | str], rows: Iterabl
     for row in rows:
         table.add_row(*[cell if isinstance(cell, Text) else Text(plain(cell)) for cell in row])
     console.print(table)
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def scenario_table(scenarios: Iterable[Mapping[str, Any]], reference: str = "original"
+                   ) -> tuple[list[Column], list[list[Cell]]]:
+    """The columns and cells of per-scenario results, as every command and the HTML report show them.
+
+    `scenarios` are a check report's scenarios (as dicts) or a run's stored rows. How far from the
+    reference a kernel is: its max error over the tolerance where the tolerance is known (a check),
+    else its relative error (a run keeps no tolerance). Library baselines get a column each when timed.
+    The ok cell is coloured; `plain(cell)` gives the text of any cell.
+    """
+    scenarios = list(scenarios)
+    by_tolerance = any(s.get("tolerance") is not None for s in scenarios)
+    baselines = sorted({name for s in scenarios for name in s.get("baselines_ms") or {}})
+    columns = [Column("scenario"), *(Column(name, right=True) for name in (
+        "ok", "max err / tol" if by_tolerance else "rel err", "time ms", f"{reference} ms", "speedup", "spread",
+        *(f"{name} ms" for name in baselines))), Column("error")]
+    rows: list[list[Cell]] = []
+    for s in scenarios:
+        if not by_tolerance:
+            error = _number(s.get("rel_err"), ".2e")
+        elif s.get("max_err") is not None and s.get("tolerance"):
+            error = f"{s['max_err'] / s['tolerance']:.2f}"
+        else:
+            error = "-"
+        speedup = Text(_number(s.get("speedup"), ".3f"))
+        if s.get("suspicious"):
+            speedup.append(" below the roofline", style="red")
+        rows.append([s["name"], Text("yes", style="green") if s["correct"] else Text("NO", style="red"), error,
+                     _number(s.get("time_ms"), ".4f"), _number(s.get("original_time_ms"), ".4f"), speedup,
+                     "-" if s.get("spread") is None else f"{100 * s['spread']:.1f}%",
+                     *(_number((s.get("baselines_ms") or {}).get(name), ".4f") for name in baselines),
+                     s.get("error") or ""])
+    return columns, rows
 
 
 def jsonable(value: Any) -> Any:

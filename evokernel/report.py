@@ -19,6 +19,7 @@ import pandas as pd
 from evokernel.errors import BadInput
 from evokernel.lineage import Lineage, compare_scenarios, describe_retime
 from evokernel.lineage.statistics import best_over_evaluations, failures, llm_cost, question_stats, run_summary
+from evokernel.output import plain, scenario_table
 from evokernel.store import Individual
 
 ASSETS = resources.files("evokernel") / "report_assets"
@@ -138,20 +139,24 @@ def cost_html(run: Lineage) -> str:
 
 
 def _scenario_table(run: Lineage, ind: Individual) -> str:
+    """The per-scenario table of the terminal (`scenario_table`), with the parent's speedup and the verdict
+    against it before the error column."""
     rows = run.scenarios(ind.id)
     parent = run.parents(ind.id)[:1]
     deltas = {d.name: d for d in compare_scenarios(run.scenarios(parent[0].id), rows)} if parent else {}
+    columns, cells = scenario_table(rows)
+    headers = [column.name for column in columns]
+    ok = headers.index("ok")
     out = []
-    for r in rows:
+    for r, row in zip(rows, cells):
         d = deltas.get(r["name"])
         verdict = f'<span class="{"win" if d.verdict in ("win", "fixed") else "loss" if d.verdict in ("loss", "broke") else "dim"}">' \
                   f"{d.verdict}</span>" if d else "-"
-        out.append([_e(r["name"]), '<span class="ok">yes</span>' if r["correct"] else '<span class="bad">no</span>',
-                    _num(r["rel_err"], ".2e"), _num(r["time_ms"], ".4f"), _num(r["original_time_ms"], ".4f"),
-                    _num(r["speedup"]), _pct(r["spread"]).lstrip("+"), _num(d.before if d else None), verdict,
-                    _e(r["error"] or "")])
-    return _table(["scenario", "ok", "rel err", "time ms", "original ms", "speedup", "spread", "parent speedup",
-                   "vs parent", "error"], out, {0, 9}, "no scenario results (rejected before running, or pending)")
+        escaped = [_e(plain(cell)) for cell in row]
+        escaped[ok] = f'<span class="{"ok" if r["correct"] else "bad"}">{escaped[ok]}</span>'
+        out.append([*escaped[:-1], _num(d.before if d else None), verdict, escaped[-1]])
+    return _table([*headers[:-1], "parent speedup", "vs parent", headers[-1]], out, {0, len(headers) + 1},
+                  "no scenario results (rejected before running, or pending)")
 
 
 def kernel_html(run: Lineage, ind: Individual, rank: int | None) -> str:

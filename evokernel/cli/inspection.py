@@ -234,9 +234,8 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
     from rich.markup import escape
     from rich.rule import Rule
     from rich.syntax import Syntax
-    from rich.text import Text
 
-    from evokernel.output import Column, print_json, print_table
+    from evokernel.output import print_json, print_table, scenario_table
 
     with open_run(run) as lin:
         ind = lin.get(kernel_id)
@@ -276,13 +275,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
         console.print(Rule("scenarios"))
         rows = lin.scenarios(ind.id)
         if rows:
-            columns = [Column("scenario"), *(Column(c, right=True) for c in ("ok", "rel err", "time ms", "original ms",
-                                                                               "speedup", "spread")), Column("error")]
-            print_table(console, columns, [
-                [r["name"], Text("yes", style="green") if r["correct"] else Text("NO", style="red"),
-                 fmt(r["rel_err"], ".2e"), fmt(r["time_ms"], ".4f"), fmt(r["original_time_ms"], ".4f"),
-                 fmt(r["speedup"]), "-" if r["spread"] is None else f"{100 * r['spread']:.1f}%", r["error"] or ""]
-                for r in rows])
+            print_table(console, *scenario_table(rows))
             if parents:
                 _print_deltas(f"against parent #{parents[0].id}", lin.compare(parents[0].id, ind.id),
                               f"#{parents[0].id}", f"#{ind.id}")
