@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from evokernel.cli.common import console, fmt, warn_if_not_isolated
+from evokernel.output import print_table, scenario_table
 
 
 def print_check_report(report) -> None:
@@ -26,20 +27,8 @@ def print_check_report(report) -> None:
         console.print(f"[dim]{report.task} · {escape(report.kernel)} · "
                       f"build {fmt(report.build_seconds, '.1f')} s[/]", soft_wrap=True)
         return
-    table = Table(title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
-    for column in ("scenario", "ok", "max err / tol", "time ms", f"{report.speed_reference} ms", "speedup", "spread"):
-        table.add_column(column, justify="left" if column == "scenario" else "right")
-    baseline_names = sorted({n for s in report.scenarios for n in s.baselines_ms})
-    for name in baseline_names:
-        table.add_column(f"{name} ms", justify="right")
-    for s in report.scenarios:
-        ratio = f"{s.max_err / s.tolerance:.2f}" if s.max_err is not None and s.tolerance else "-"
-        flag = "[green]yes[/]" if s.correct else "[red]NO[/]"
-        speed = fmt(s.speedup, ".3f") + (" [red]below the roofline[/]" if s.suspicious else "")
-        spread = "-" if s.spread is None else f"{100 * s.spread:.1f}%"
-        table.add_row(s.name, flag, ratio, fmt(s.time_ms, ".4f"), fmt(s.original_time_ms, ".4f"), speed, spread,
-                      *[fmt(s.baselines_ms.get(n), ".4f") for n in baseline_names])
-    console.print(table)
+    columns, rows = scenario_table([asdict(s) for s in report.scenarios], report.speed_reference)
+    print_table(console, columns, rows, title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
     if report.correct and report.geomean_speedup is None:
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios (not timed)")
     elif report.correct:
