@@ -1,9 +1,10 @@
 """The search (`evokernel run`): a steady-state evolutionary loop over kernels.
 
 `driver` is the loop itself (proposals -> evaluations -> population); around it: `proposals` (the
-operators a config enables, what they are told of a parent), `run_dir` (the run's directory, config,
-seeds and per-session meta, so that a killed run resumes), `retime` (the end-of-run re-timing of the best
-kernel against the seed), `interrupts` (Ctrl-C and SIGTERM) and `stats` (the progress and summary).
+operators a config enables, their contexts, what they are told of a parent), `run_dir` (the run's
+directory, config, seeds and per-session meta, so that a killed run resumes), `budget` (what ends a
+search), `retime` (the end-of-run re-timing of the best kernel against the seed), `interrupts` (Ctrl-C
+and SIGTERM) and `stats` (the progress and summary).
 Evaluations go to an `evokernel.evaluation.Evaluator` the config picks.
 
 Interface: `Search`, `SearchStats`, `SearchResult`, `new_run_dir`, `failure_kind`.

@@ -18,7 +18,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from deap import base
 
@@ -27,28 +27,18 @@ from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
 from evokernel.harness import CheckOptions, Task, get_task
-from evokernel.mutations import Context, Operator, Parent, Proposal, ProposalFailed, llm_operator_names
+from evokernel.mutations import Operator, Proposal, ProposalFailed, llm_operator_names
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
-from evokernel.search.proposals import configured_operators, parent_view
+from evokernel.search.budget import end_reason, time_or_money_spent
+from evokernel.search.proposals import Job, OperatorContexts, configured_operators, operator_services, parent_view
 from evokernel.search import retime
 from evokernel.search.interrupts import interrupt, signals_deferred
 from evokernel.search.stats import SearchResult, SearchStats, failure_kind
-from evokernel.store import Individual, Store, normalized_hash
+from evokernel.store import Individual, normalized_hash
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
-
-
-@dataclass
-class _Job:
-    """A proposal to make: which operator, from which parents, for which island."""
-
-    operator: str
-    parents: list[Parent]
-    island: int | None
-    generation: int
-    trigger: str = "default"
 
 
 @dataclass
@@ -91,10 +81,11 @@ class Search:
         self.lock, self.store, self.session = runs.open_run(self.run_dir, config, self.task, self.seeds, resume,
                                                             self.stats, self.notify, notes)
         try:
-            self.services = self._services()
+            self.services = operator_services(config, self.store, llm)
         except BaseException:
             runs.release_run(self.lock, self.store)
             raise
+        self.contexts = OperatorContexts(self.store, self.task, self.services)
         self.rng = random.Random(f"{config.random_seed}:{self.session.index}")
         random.seed(f"{config.random_seed}:{self.session.index}:deap")  # DEAP's selection draws from `random`
         self.population = Population(
@@ -110,7 +101,7 @@ class Search:
         self.check_options = CheckOptions(scenario_set=config.scenarios, speed_reference=config.speed_reference,
                                           trials=config.trials, timeout_s=config.resources.evaluation_timeout_s,
                                           warm_worker=True)  # each evaluation slot keeps its next worker started
-        self.proposing: dict[Future, _Job] = {}
+        self.proposing: dict[Future, Job] = {}
         self.evaluator: Evaluator | None = None  # started by run()
         # SIGTERM while Ray's core worker was connecting: its signal handler can abort the process at exit,
         # so a command should end with os._exit once its output is out
@@ -119,7 +110,6 @@ class Search:
         self.unproductive = 0
         self.stop_reason: str | None = None  # why no more proposals are made
         self.halted = False  # time or money is spent, or interrupted: queued kernels wait for a resume
-        self._local = threading.local()
         self.llm_stopped: str | None = None  # why the question operators stopped, once the LLM client gave up
 
     # -- set-up -----------------------------------------------------------------------------------
@@ -131,14 +121,6 @@ class Search:
             self.ops[name], self.weights[name] = op, weight
         if not self.ops:
             raise BadInput("field 'operators': no usable operator has a positive weight")
-
-    def _services(self) -> dict[str, Any]:
-        """Shared clients of the LLM operators (LLM client, bank, policy), when a model is configured."""
-        if not (self.stats.llm and self.config.llm.models):
-            return {}
-        from evokernel.mutations.questions import build_services
-
-        return build_services(self.config, self.store)
 
     def _restore(self) -> None:
         """Load the store: known kernels, the population of correct ones, what is left to evaluate."""
@@ -160,11 +142,11 @@ class Search:
                         f"{len(self.queue)} re-submitted, population {len(self.population)}")
 
     # -- proposals --------------------------------------------------------------------------------
-    def _next_job(self, llm_room: bool) -> _Job | None:
+    def _next_job(self, llm_room: bool) -> Job | None:
         if "repair" in self.ops and self.repairs and llm_room:
             failing = self.repairs.popleft()
             parent = parent_view(self.store, failing, self.store.source(failing))
-            return _Job("repair", [parent], self.islands.get(failing.id), failing.generation + 1, "repair")
+            return Job("repair", [parent], self.islands.get(failing.id), failing.generation + 1, "repair")
         if not len(self.population):
             return None
         names = [n for n in self.ops if n != "repair" and (llm_room or not self.ops[n].uses_llm)
@@ -174,22 +156,11 @@ class Search:
         name = self.rng.choices(names, weights=[self.weights[n] for n in names])[0]
         island, parents = self.population.select(self.ops[name].arity)
         trigger = self.monitor.active() if self.ops[name].uses_llm else "default"
-        return _Job(name, [parent_view(self.store, p) for p in parents], island, 1 + max(p.generation for p in parents),
+        return Job(name, [parent_view(self.store, p) for p in parents], island, 1 + max(p.generation for p in parents),
                     trigger)
 
-    def _context(self, seed: float, trigger: str) -> Context:
-        """A context for the calling thread (each proposal thread has its own store connection)."""
-        if threading.current_thread() is threading.main_thread():
-            store = self.store
-        else:
-            if not hasattr(self._local, "store"):
-                self._local.store = Store(self.run_dir)
-            store = self._local.store
-        return Context(rng=random.Random(seed), task_name=self.task.name, language=self.task.language,
-                       trigger=trigger, store=store, services=self.services)
-
-    def _call(self, job: _Job, seed: float) -> Proposal:
-        return getattr(self.toolbox, job.operator)(job.parents, self._context(seed, job.trigger))
+    def _call(self, job: Job, seed: float) -> Proposal:
+        return getattr(self.toolbox, job.operator)(job.parents, self.contexts.make(seed, job.trigger))
 
     def _room(self) -> bool:
         """Whether another proposal may start: within budget and lookahead."""
@@ -250,7 +221,7 @@ class Search:
                 outcome = ProposalFailed(f"{type(exc).__name__}: {exc}")
             self._take(job, outcome)
 
-    def _take(self, job: _Job, outcome: Proposal | ProposalFailed) -> None:
+    def _take(self, job: Job, outcome: Proposal | ProposalFailed) -> None:
         if isinstance(outcome, ProposalFailed):
             self.unproductive += 1
             self.stats.proposal_failures[job.operator] += 1
@@ -328,12 +299,9 @@ class Search:
 
     def _over_time_or_money(self) -> bool:
         """Whether the wall-time or USD budget is spent: then nothing more is proposed or submitted."""
-        budget, spent = self.config.budget, None
-        if budget.wall_time_s is not None and self.session.elapsed() >= budget.wall_time_s:
-            spent = f"wall-time budget of {budget.wall_time_s:g} s reached"
-        elif budget.usd is not None and self.stats.llm and self.stats.cost_usd >= budget.usd:
-            spent = f"USD budget of {budget.usd:g} reached"
-        if spent and not self.halted:
+        cost = self.stats.cost_usd if self.stats.llm else None
+        spent = None if self.halted else time_or_money_spent(self.config.budget, self.session.elapsed(), cost)
+        if spent:
             self.halted, self.stop_reason = True, spent
         return self.halted
 
@@ -389,7 +357,8 @@ class Search:
                     self._refresh()
                     self.progress(self.stats)
                     last_progress = time.time()
-            self.stop_reason = self.stop_reason or self._end_reason()
+            self.stop_reason = self.stop_reason or end_reason(self.config.budget, self.stats.evaluations,
+                                                                len(self.population))
             if self.retime_best:
                 self.stats.last = retime.retime_best(self.store, self.evaluator, self.task, self.check_options,
                                                      self.stats.seed_id, self._announce) or self.stats.last
@@ -435,11 +404,3 @@ class Search:
         self.stats.last = line
         self._refresh()
         self.progress(self.stats)
-
-    def _end_reason(self) -> str:
-        if not len(self.population):
-            return "no kernel passed the harness (not even a seed)"
-        budget = self.config.budget.evaluations
-        if budget is not None and self.stats.evaluations >= budget:
-            return f"evaluation budget of {budget} reached"
-        return "nothing left to evaluate"

@@ -4,14 +4,29 @@ told of a parent kernel (its source, fitness, knobs, report and the steps that l
 
 from __future__ import annotations
 
-from typing import Callable
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from evokernel.config import RunConfig
-from evokernel.mutations import Operator, Parent, operators
+from evokernel.harness import Task
+from evokernel.mutations import Context, Operator, Parent, operators
 from evokernel.population import Kernel
 from evokernel.store import Individual, Store
 
 LINEAGE_DEPTH = 4  # ancestors summarised for an operator
+
+
+@dataclass
+class Job:
+    """A proposal to make: which operator, from which parents, for which island."""
+
+    operator: str
+    parents: list[Parent]
+    island: int | None
+    generation: int
+    trigger: str = "default"
 
 
 def configured_operators(config: RunConfig, notify: Callable[[str], None]) -> dict[str, tuple[Operator, float]]:
@@ -22,6 +37,15 @@ def configured_operators(config: RunConfig, notify: Callable[[str], None]) -> di
         notify("no LLM model is configured (llm.models / --model): using the knob operators only")
     return {name: (registered[name].factory(config), weight) for name, weight in config.operators.as_dict().items()
             if weight > 0 and (llm or not registered[name].uses_llm)}
+
+
+def operator_services(config: RunConfig, store: Store, llm: bool) -> dict[str, Any]:
+    """Shared clients of the LLM operators (LLM client, bank, policy), when one is used and a model configured."""
+    if not (llm and config.llm.models):
+        return {}
+    from evokernel.mutations.questions import build_services
+
+    return build_services(config, store)
 
 
 def parent_view(store: Store, kernel: Kernel | Individual, source: str | None = None) -> Parent:
@@ -44,3 +68,23 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
         lines.append(f"#{current.id} from #{parent.id} by {current.operator}{question}: {outcome}")
         current = parent
     return "\n".join(reversed(lines))
+
+
+class OperatorContexts:
+    """What the search hands an operator besides the parents; LLM operators run in proposal threads, and each
+    thread gets its own store connection (SQLite connections stay in the thread that made them)."""
+
+    def __init__(self, store: Store, task: Task, services: dict[str, Any]) -> None:
+        self.store, self.task, self.services = store, task, services
+        self._local = threading.local()
+
+    def make(self, seed: float, trigger: str) -> Context:
+        """A context for the calling thread, its random choices drawn from `seed`."""
+        if threading.current_thread() is threading.main_thread():
+            store = self.store
+        else:
+            if not hasattr(self._local, "store"):
+                self._local.store = Store(self.store.run_dir)
+            store = self._local.store
+        return Context(rng=random.Random(seed), task_name=self.task.name, language=self.task.language,
+                       trigger=trigger, store=store, services=self.services)
