@@ -18,7 +18,10 @@
 // zero-filled by TMA and masked in the softmax; a row with no visible key writes zeros.
 //
 // Shapes the wgmma path does not cover (seqlen_q < MIN_SEQLEN_Q_WGMMA, seqlen_k == 0, or a tensor
-// map the driver refuses) run the FlashAttention-2 style mma.sync kernel at the end of this file.
+// map the driver refuses) run the FlashAttention-2 style mma.sync kernel at the end of this file;
+// when its query blocks are fewer than the multiprocessors (decode-like shapes: one query row, long
+// keys) it splits the keys over up to DECODE_SPLITS_MAX blocks per query block and a second kernel
+// combines the partial results (workspace from the stream-ordered allocator).
 //
 // Layout: q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D], o [B, Sq, Hq, D], contiguous.
 // Causal: key j visible to query i iff j <= i + Sk - Sq (bottom-right aligned).
@@ -30,7 +33,7 @@
 // ---------------------------------------------------------------------------------------
 // Knobs (per head dim). BM = 64 * CONSUMERS query rows per block.
 #define BLOCK_N_HD64 128  // @knob 64,96,128
-#define CONSUMERS_HD64 2  // @knob 1,2,3
+#define CONSUMERS_HD64 3  // @knob 1,2,3
 #define STAGES_HD64 2  // @knob 2,3,4
 #define OVERLAP_HD64 1  // @knob 0,1
 
@@ -50,6 +53,8 @@
 #define CAUSAL_LONGEST_FIRST 1  // @knob 0,1
 // Query lengths below this use the mma.sync fallback (decode-like shapes).
 #define MIN_SEQLEN_Q_WGMMA 64  // @knob 1,16,64,128
+// Most key splits of the fallback when its query blocks leave multiprocessors idle (1 = no split).
+#define DECODE_SPLITS_MAX 16  // @knob 1,4,16,64
 // ---------------------------------------------------------------------------------------
 
 typedef __nv_bfloat16 bf16;
@@ -279,12 +284,18 @@ struct Wg<256> {
 };
 
 
-// Register split: producer keeps PREG, the consumers share the rest of 512 per thread-slot
-// (64K registers / 128 threads), at most 240 each, rounded down to a multiple of 8.
+// Register split. The block starts with the launch-bound cap per thread (65536 / threads, rounded
+// down to 8: 168 for 2 consumers, 128 for 3); setmaxnreg only moves registers inside that pool, and
+// an increase the pool cannot cover never returns. The producer keeps PREG, each consumer warpgroup
+// gets an equal share of the rest, at most 240, rounded down to a multiple of 8.
 template <int NWG, int PREG>
 struct RegSplit {
-  static constexpr int c0 = ((512 - PREG) / NWG) / 8 * 8;
+  static constexpr int entry0 = 65536 / (128 * (NWG + 1)) / 8 * 8;
+  static constexpr int entry = entry0 > 240 ? 240 : entry0;
+  static constexpr int pool = entry * (NWG + 1);
+  static constexpr int c0 = (pool - PREG) / NWG / 8 * 8;
   static constexpr int consumer = c0 > 240 ? 240 : c0;
+  static_assert(PREG + NWG * consumer <= pool, "register split over the block's pool");
 };
 
 template <int NWG, int PREG>
@@ -646,7 +657,7 @@ static int launch(const evk_attention_params* p, cudaStream_t stream) {
   using L = Layout<D, BN, NWG, STAGES>;
   static_assert(L::SMEM <= 227 * 1024, "shared memory over the sm_90 per-block limit");
   static_assert(NWG >= 1 && NWG <= 3, "1 to 3 consumer warpgroups");
-  static_assert(PRODUCER_REGS + NWG * RegSplit<NWG, PRODUCER_REGS>::consumer <= 512, "register split");
+  static_assert(RegSplit<NWG, PRODUCER_REGS>::consumer >= 128, "too few registers for the consumers");
   CUtensorMap mq, mk, mv;
   if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v) & 15) return -1;
   if (!make_map(&mq, p->q, p->batch, p->seqlen_q, p->heads_q, D, 64) ||
@@ -675,8 +686,8 @@ static int launch(const evk_attention_params* p, cudaStream_t stream) {
 
 
 // ---------------------------------------------------------------------------------------
-// Fallback: the FlashAttention-2 style mma.sync kernel of attention_fa2.cu (its default knobs),
-// for the shapes the wgmma path does not take.
+// Fallback: the FlashAttention-2 style mma.sync kernel of attention_fa2.cu (64-row blocks here),
+// with a key split for decode-like shapes, for the shapes the wgmma path does not take.
 namespace evk_fa2 {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -774,9 +785,13 @@ __device__ __forceinline__ void load_tile(uint32_t s_base, const bf16* g, int ro
   }
 }
 
-template <int D, int NW, int MT, int BN, int STAGES, bool QREG>
+// SPLIT: grid.x holds (query block, key split) pairs; split s takes key blocks
+// [s * split_blocks, (s + 1) * split_blocks) and writes its normalised fp32 partial output and its
+// log2-sum-exp to ws_o / ws_lse (combined by combine_splits).
+template <int D, int NW, int MT, int BN, int STAGES, bool QREG, bool SPLIT>
 __global__ void __launch_bounds__(NW * 32)
-    attn_fwd_kernel(const evk_attention_params p, float sl2, bool neg_scale) {
+    attn_fwd_kernel(const evk_attention_params p, float sl2, bool neg_scale, int split_blocks,
+                    float* ws_o, float* ws_lse) {
   constexpr int BM = 16 * MT * NW;
   constexpr int NT = NW * 32;
   constexpr int KD = D / 16;   // k-steps over head dim
@@ -788,8 +803,11 @@ __global__ void __launch_bounds__(NW * 32)
   const uint32_t sV = sK + STAGES * BN * D * 2;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int num_mb = gridDim.x;
-  const int mb = p.causal ? (num_mb - 1 - (int)blockIdx.x) : (int)blockIdx.x;
+  const int num_splits = SPLIT ? (p.seqlen_k + split_blocks * BN - 1) / (split_blocks * BN) : 1;
+  const int num_mb = (int)gridDim.x / num_splits;
+  const int bx = SPLIT ? (int)blockIdx.x % num_mb : (int)blockIdx.x;
+  const int split = SPLIT ? (int)blockIdx.x / num_mb : 0;
+  const int mb = p.causal ? (num_mb - 1 - bx) : bx;
   const int hk = blockIdx.y / (p.heads_q / p.heads_kv);
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
   const int m0 = mb * BM;
@@ -804,9 +822,23 @@ __global__ void __launch_bounds__(NW * 32)
 
   int n_end = Sk;
   if (p.causal) n_end = min(Sk, min(m0 + BM, Sq) + diag);
-  const int n_blocks = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  const int n_all = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  const int j_begin = SPLIT ? split * split_blocks : 0;
+  const int n_blocks = SPLIT ? min(n_all, j_begin + split_blocks) : n_all;  // one past the last
 
-  if (n_blocks == 0) {
+  if constexpr (SPLIT) {
+    if (n_blocks <= j_begin) {  // no visible key in this split: weight zero in the combination
+      const long rows = (long)p.batch * Sq * p.heads_q;
+      for (int r = tid; r < BM; r += NT) {
+        if (m0 + r >= Sq) continue;
+        const long rid = ((long)blockIdx.z * Sq + m0 + r) * p.heads_q + blockIdx.y;
+        ws_lse[split * rows + rid] = -INFINITY;
+        for (int c = 0; c < D; ++c) ws_o[(split * rows + rid) * D + c] = 0.f;
+      }
+      return;
+    }
+  }
+  if (n_blocks <= j_begin) {
     constexpr int CPR = D / 8;
     for (int i = tid; i < BM * CPR; i += NT) {
       int r = i / CPR, c = i % CPR;
@@ -818,10 +850,10 @@ __global__ void __launch_bounds__(NW * 32)
 
   // Prologue.
   load_tile<BM, D, NT>(sQ, EVK_GQ, m0, Sq, q_stride, tid);
-  load_tile<BN, D, NT>(sK, EVK_GK, 0, Sk, kv_stride, tid);
+  load_tile<BN, D, NT>(sK, EVK_GK, j_begin * BN, Sk, kv_stride, tid);
   cp_async_commit();
   if constexpr (STAGES == 2) {
-    load_tile<BN, D, NT>(sV, EVK_GV, 0, Sk, kv_stride, tid);
+    load_tile<BN, D, NT>(sV, EVK_GV, j_begin * BN, Sk, kv_stride, tid);
     cp_async_commit();
   }
 
@@ -849,21 +881,22 @@ __global__ void __launch_bounds__(NW * 32)
   }
   uint32_t qf[QREG ? MT : 1][QREG ? KD : 1][4];
 
-  for (int j = 0; j < n_blocks; ++j) {
+  for (int j = j_begin; j < n_blocks; ++j) {
     const int n0 = j * BN;
+    const int jj = j - j_begin;  // stage parity
     uint32_t stage_off;  // byte offset of this iteration's K/V stage
     if constexpr (STAGES == 2) {
       cp_async_wait<1>();
       __syncthreads();
       if (j + 1 < n_blocks) {
-        load_tile<BN, D, NT>(sK + ((j + 1) & 1) * BN * D * 2, EVK_GK, n0 + BN, Sk, kv_stride, tid);
+        load_tile<BN, D, NT>(sK + ((jj + 1) & 1) * BN * D * 2, EVK_GK, n0 + BN, Sk, kv_stride, tid);
       }
       cp_async_commit();
       if (j + 1 < n_blocks) {
-        load_tile<BN, D, NT>(sV + ((j + 1) & 1) * BN * D * 2, EVK_GV, n0 + BN, Sk, kv_stride, tid);
+        load_tile<BN, D, NT>(sV + ((jj + 1) & 1) * BN * D * 2, EVK_GV, n0 + BN, Sk, kv_stride, tid);
       }
       cp_async_commit();
-      stage_off = (j & 1) * (BN * D * 2);
+      stage_off = (jj & 1) * (BN * D * 2);
     } else {
       cp_async_wait<0>();
       __syncthreads();
@@ -872,7 +905,7 @@ __global__ void __launch_bounds__(NW * 32)
       stage_off = 0;
     }
     if constexpr (QREG) {
-      if (j == 0) {
+      if (j == j_begin) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -1012,6 +1045,27 @@ __global__ void __launch_bounds__(NW * 32)
 #undef EVK_GK
 #undef EVK_GV
 
+  if constexpr (SPLIT) {
+    const long rows = (long)p.batch * Sq * p.heads_q;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float l = l_run[mt][hh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = m0 + wrow + mt * 16 + g + hh * 8;
+        if (row >= Sq) continue;
+        const long rid = ((long)blockIdx.z * Sq + row) * p.heads_q + blockIdx.y;
+        float* dst = ws_o + (split * rows + rid) * D;
+#pragma unroll
+        for (int i = 0; i < ND; ++i)
+          *reinterpret_cast<float2*>(dst + i * 8 + 2 * t) =
+              make_float2(o[mt][i][2 * hh] * inv, o[mt][i][2 * hh + 1] * inv);
+        if (t == 0) ws_lse[split * rows + rid] = l > 0.f ? m_run[mt][hh] * sl2 + __log2f(l) : -INFINITY;
+      }
+  } else {
   // Epilogue: normalise, stage this warp's rows through its own Q rows in smem, store 16 B.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -1045,7 +1099,52 @@ __global__ void __launch_bounds__(NW * 32)
       if (row < Sq) *reinterpret_cast<uint4*>(EVK_GO + (long)row * q_stride + c * 8) = v;
     }
   }
+  }  // SPLIT
 #undef EVK_GO
+}
+
+// Combination of the key splits: one warp per output row, weights 2^(lse_s - max).
+template <int D>
+__global__ void __launch_bounds__(128) combine_splits(const float* ws_o, const float* ws_lse, bf16* out,
+                                                      long rows, int splits) {
+  const long rid = (long)blockIdx.x * 4 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (rid >= rows) return;
+  float mx = -INFINITY;
+  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, ws_lse[s * rows + rid]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  constexpr int PER = D / 32;  // columns per lane
+  float acc[PER];
+#pragma unroll
+  for (int c = 0; c < PER; ++c) acc[c] = 0.f;
+  float wsum = 0.f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < splits; ++s) {
+      const float lse = ws_lse[s * rows + rid];
+      if (lse == -INFINITY) continue;
+      const float w = ex2(lse - mx);
+      wsum += w;
+      const float* src = ws_o + (s * rows + rid) * D + lane * PER;
+#pragma unroll
+      for (int c = 0; c < PER; ++c) acc[c] = fmaf(w, src[c], acc[c]);
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+#pragma unroll
+  for (int c = 0; c < PER; c += 2)
+    *reinterpret_cast<uint32_t*>(out + rid * D + lane * PER + c) = pack_bf16(acc[c] * inv, acc[c + 1] * inv);
+}
+
+static int num_sms() {
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
+      sms = 132;
+  }
+  return sms;
 }
 
 template <int D, int NW, int MT, int BN, int STAGES, int QREG>
@@ -1054,7 +1153,42 @@ static int launch(const evk_attention_params* p, cudaStream_t stream) {
   constexpr size_t smem = (size_t)(BM + 2 * STAGES * BN) * D * 2;
   static_assert(smem <= 227 * 1024, "shared memory over the sm_90 per-block limit");
   static_assert(MT == 1 || MT == 2, "MTILES must be 1 or 2");
-  auto kern = attn_fwd_kernel<D, NW, MT, BN, STAGES, (QREG != 0)>;
+  const float LOG2E = 1.4426950408889634f;
+  float sl2 = fabsf(p->softmax_scale) * LOG2E;
+  if (sl2 < 1e-30f) sl2 = 1e-30f;  // keeps -inf * scale = -inf for masked keys
+  const bool neg = p->softmax_scale < 0.f;
+  const int num_mb = (p->seqlen_q + BM - 1) / BM;
+  const long blocks = (long)num_mb * p->heads_q * p->batch;
+  const int key_blocks = (p->seqlen_k + BN - 1) / BN;
+  // Split the keys when the query blocks alone leave the multiprocessors idle (decode-like shapes).
+  int splits = 1;
+  if (DECODE_SPLITS_MAX > 1 && blocks < num_sms() && key_blocks > 1) {
+    splits = (int)min((long)DECODE_SPLITS_MAX, (2L * num_sms() + blocks - 1) / blocks);
+    splits = min(splits, key_blocks);
+  }
+  const int split_blocks = (key_blocks + splits - 1) / max(splits, 1);
+  splits = split_blocks > 0 ? (key_blocks + split_blocks - 1) / split_blocks : 1;
+  if (splits > 1) {
+    auto kern = attn_fwd_kernel<D, NW, MT, BN, STAGES, (QREG != 0), true>;
+    static bool attr_done = false;  // once per instantiation
+    if (!attr_done) {
+      if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return 3;
+      attr_done = true;
+    }
+    const long rows = (long)p->batch * p->seqlen_q * p->heads_q;
+    void* ws = nullptr;
+    if (cudaMallocAsync(&ws, (size_t)splits * rows * (D + 1) * sizeof(float), stream) != cudaSuccess) return 5;
+    float* ws_o = (float*)ws;
+    float* ws_lse = ws_o + (size_t)splits * rows * D;
+    dim3 grid(num_mb * splits, p->heads_q, p->batch);
+    kern<<<grid, NW * 32, smem, stream>>>(*p, sl2, neg, split_blocks, ws_o, ws_lse);
+    combine_splits<D><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(ws_o, ws_lse, (bf16*)p->o, rows, splits);
+    const bool ok = cudaGetLastError() == cudaSuccess;
+    if (cudaFreeAsync(ws, stream) != cudaSuccess || !ok) return 4;
+    return 0;
+  }
+  auto kern = attn_fwd_kernel<D, NW, MT, BN, STAGES, (QREG != 0), false>;
   static bool attr_done = false;  // once per instantiation
   if (!attr_done) {
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
@@ -1062,12 +1196,8 @@ static int launch(const evk_attention_params* p, cudaStream_t stream) {
       return 3;
     attr_done = true;
   }
-  const float LOG2E = 1.4426950408889634f;
-  float sl2 = fabsf(p->softmax_scale) * LOG2E;
-  if (sl2 < 1e-30f) sl2 = 1e-30f;  // keeps -inf * scale = -inf for masked keys
-  const bool neg = p->softmax_scale < 0.f;
-  dim3 grid((p->seqlen_q + BM - 1) / BM, p->heads_q, p->batch);
-  kern<<<grid, NW * 32, smem, stream>>>(*p, sl2, neg);
+  dim3 grid(num_mb, p->heads_q, p->batch);
+  kern<<<grid, NW * 32, smem, stream>>>(*p, sl2, neg, 0, nullptr, nullptr);
   return cudaGetLastError() == cudaSuccess ? 0 : 4;
 }
 
@@ -1097,12 +1227,13 @@ extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t str
     }
     if (rc >= 0) return rc;
   }
+  // 64 query rows per block (4 warps, one m16 tile each): the fallback serves short queries.
   switch (p->head_dim) {
     case 64:
-      return evk_fa2::launch<64, 4, 2, 64, 2, 1>(p, stream);
+      return evk_fa2::launch<64, 4, 1, 64, 2, 1>(p, stream);
     case 128:
-      return evk_fa2::launch<128, 4, 2, 64, 1, 0>(p, stream);
+      return evk_fa2::launch<128, 4, 1, 64, 2, 0>(p, stream);
     default:
-      return evk_fa2::launch<256, 8, 1, 64, 2, 0>(p, stream);
+      return evk_fa2::launch<256, 4, 1, 64, 2, 0>(p, stream);
   }
 }

@@ -114,6 +114,9 @@ CHECK_SHAPES = [  # batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, caus
     (5, 32, 32, 77, 77, 64, True, 0.5), (2, 8, 2, 333, 2049, 256, True, None), (1, 32, 8, 4097, 4097, 64, False, 0.05),
     (2, 8, 8, 2049, 191, 256, False, None), (1, 4, 4, 200, 300, 128, False, -0.1), (1, 4, 2, 300, 100, 128, True, None),
     (1, 2, 2, 65, 65, 64, True, None), (1, 2, 2, 64, 1, 256, False, None), (2, 4, 4, 130, 4000, 64, True, 2.0),
+    # decode-like: one or a few query rows, long keys (the fallback's key split)
+    (2, 8, 8, 1, 8192, 256, False, None), (4, 16, 16, 1, 2000, 64, False, None), (1, 8, 2, 16, 4096, 128, True, None),
+    (2, 4, 1, 3, 70, 128, True, None), (1, 2, 2, 120, 200, 64, True, None), (1, 4, 4, 40, 30, 128, True, None),
 ]
 
 
@@ -143,23 +146,26 @@ def check(lib, shapes, seed=0) -> bool:
     return ok_all
 
 
-FA3_GRID = [(16 * 1024 // s, 2048 // d, s, d, causal) for d in (64, 128, 256) for causal in (False, True)
-            for s in (1024, 2048, 4096, 8192, 16384)]
+FA3_GRID = [(16 * 1024 // s, 2048 // d, 2048 // d, s, s, d, causal) for d in (64, 128, 256)
+            for causal in (False, True) for s in (1024, 2048, 4096, 8192, 16384)]
+DECODE_GRID = [(1, 4, 4, 1, 513, 128, False), (3, 16, 16, 1, 4097, 128, False), (8, 32, 32, 1, 8192, 128, False),
+               (16, 32, 32, 1, 2048, 64, False), (4, 8, 8, 1, 16384, 256, False), (2, 16, 16, 16, 8192, 128, True)]
 
 
 def time_grid(libs: dict, rounds: int, grid) -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     rows = []
-    for b, h, s, d, causal in grid:
-        q, k, v = (torch.randn(b, s, h, d, device="cuda").bfloat16() for _ in range(3))
+    for b, h, hkv, sq, s, d, causal in grid:
+        q = torch.randn(b, sq, h, d, device="cuda").bfloat16()
+        k, v = (torch.randn(b, s, hkv, d, device="cuda").bfloat16() for _ in range(2))
         o = torch.empty_like(q)
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA wants [B, H, S, D]; strided views
         scale = 1.0 / math.sqrt(d)
 
         def cudnn():
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale)
+                torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal and sq == s, scale=scale)
 
         impls = {"cudnn": cudnn}
         for name, lib in libs.items():
@@ -177,8 +183,11 @@ def time_grid(libs: dict, rounds: int, grid) -> list[dict]:
                 e1.record()
                 e1.synchronize()
                 times[n].append(e0.elapsed_time(e1))
-        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-        row = {"name": f"d{d}-b{b}-h{h}-s{s}{'-causal' if causal else ''}", "d": d, "causal": causal}
+        # SDPA's causal mask is top-left aligned: the decode grid's causal row has sq != sk, so cuDNN
+        # runs it without a mask there (a bound on the masked work, noted in RESULTS)
+        flops = 4.0 * b * h * sq * s * d * (0.5 if causal and sq == s else 1.0)
+        shape = f"s{s}" if sq == s else f"q{sq}k{s}"
+        row = {"name": f"d{d}-b{b}-h{h}-{shape}{'-causal' if causal else ''}", "d": d, "causal": causal}
         for n, ts in times.items():
             med = statistics.median(ts)
             row[n] = flops / (med * 1e-3) / 1e12
@@ -195,7 +204,7 @@ def main() -> int:
     ap.add_argument("--set", default="", help="knob overrides for the first kernel: NAME=V,NAME=V")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/evk_bench"))
-    ap.add_argument("--grid", default="fa3", choices=["fa3", "fa3-2k"])
+    ap.add_argument("--grid", default="fa3", choices=["fa3", "fa3-2k", "decode"])
     ap.add_argument("--knob-values", action="store_true", help="variants giving every knob each of its values")
     ap.add_argument("--sub", default="", help="source substitutions for the first kernel: OLD@@NEW")
     args = ap.parse_args()
@@ -225,7 +234,7 @@ def main() -> int:
             ok &= check(libs[name], CHECK_SHAPES)
         print("CHECK", "PASS" if ok else "FAIL", args.set)
         return 0 if ok else 1
-    grid = FA3_GRID if args.grid == "fa3" else [g for g in FA3_GRID if g[2] == 2048]
+    grid = {"fa3": FA3_GRID, "fa3-2k": [g for g in FA3_GRID if g[4] == 2048], "decode": DECODE_GRID}[args.grid]
     rows = time_grid(libs, args.rounds, grid)
     names = list(libs)
     print("\n| scenario | " + " | ".join(f"{n} TFLOP/s" for n in names) + " | cuDNN TFLOP/s | "

@@ -15,6 +15,7 @@ for step in "$@"; do
     check:*) timeout 100 python3 $B check $K --set "${step#check:}" 2>&1 | tee -a "$OUT/check.log" ;;
     time) timeout 200 python3 $B time $K evokernel/defaults/attention_fa2.cu --rounds 10 2>&1 | tee -a "$OUT/time.log" ;;
     time:*) timeout 200 python3 $B time $K --rounds 10 --set "${step#time:}" 2>&1 | tee -a "$OUT/time.log" ;;
+    decode) timeout 100 python3 $B time $K evokernel/defaults/attention_fa2.cu --grid decode --rounds 10 2>&1 | tee -a "$OUT/time.log" ;;
     time2k:*) timeout 100 python3 $B time $K --grid fa3-2k --rounds 10 --set "${step#time2k:}" 2>&1 | tee -a "$OUT/time.log" ;;
     sass) so=$(ls /tmp/evk_bench/attention_hopper-*.so | head -1); cuobjdump --dump-sass "$so" > /tmp/sass.txt;
           echo "HGMMA $(grep -c HGMMA /tmp/sass.txt) HMMA $(grep -c 'HMMA' /tmp/sass.txt) LDL $(grep -c LDL /tmp/sass.txt)" | tee -a "$OUT/check.log" ;;
