@@ -25,7 +25,7 @@ from results_entry import append_entry
 def table(report: CheckReport, kernel_name: str) -> str:
     """Markdown: FLOP rate of every timed implementation per scenario, then geomeans against the first baseline."""
     task = get_task(report.task)
-    flops = {s.name: s.flops() for s in task.scenarios(report.scenario_set)}
+    flops = {s.name: task.flops(s) for s in task.scenarios(report.scenario_set)}
     columns = {f"kernel {kernel_name}": lambda s: s.time_ms, "original": lambda s: s.original_time_ms,
                **{name: (lambda s, n=name: s.baselines_ms.get(n)) for name in task.library_baselines}}
     rates = [[flops[s.name] / (time(s) * 1e-3) if time(s) else None for time in columns.values()]

@@ -139,7 +139,7 @@ class ResourceConfig(Strict):
 
 class RunConfig(Strict):
     name: str = "run"
-    task: str
+    task: str = Field(description="a built-in task's name, or a task directory (relative to the config file)")
     scenarios: str = "quick"
     speed_reference: str = "original"
     seeds: list[Path] = Field(default_factory=list, description="seed kernels (default: the task's original)")
@@ -172,6 +172,9 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunCo
     """Validate a config mapping; relative paths are taken from `base_dir`."""
     if not isinstance(data, dict):
         raise BadInput(f"{source}: expected a mapping of settings at the top level")
+    task = data.get("task")
+    if base_dir is not None and isinstance(task, str) and ("/" in task or task.startswith(".")):
+        data = {**data, "task": str((base_dir / task).resolve())}  # a task directory, beside the config
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:

@@ -27,7 +27,7 @@ def test_seed_knobs_cover_every_head_dim_and_defaults_are_allowed():
 
 
 def test_seed_passes_the_static_guard():
-    assert guard.check_source(SEED.read_text(), TASK.language, TASK.header.name) is None
+    assert guard.check_source(SEED.read_text(), TASK.language, TASK.header_file, TASK.entry) is None
 
 
 @pytest.mark.parametrize("config", [ROOT / "experiments/attention_hopper/config.yaml", default_config_path(gpu=True)])

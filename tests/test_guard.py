@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evokernel.harness import guard
-from evokernel.harness.build import compile_command
+from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.tasks import get_task
 
 CPU_TASK = get_task("attention-fwd-cpu")
@@ -25,11 +25,11 @@ DEFAULTS = sorted((Path(guard.__file__).parents[1] / "defaults").glob("*.cu"))
 
 
 def c_check(source: str) -> str | None:
-    return guard.check_source(source, "c", CPU_TASK.header.name)
+    return guard.check_source(source, "c", CPU_TASK.header_file, CPU_TASK.entry)
 
 
 def cu_check(source: str) -> str | None:
-    return guard.check_source(source, "cuda", GPU_TASK.header.name)
+    return guard.check_source(source, "cuda", GPU_TASK.header_file, GPU_TASK.entry)
 
 
 # --- what must pass ---
@@ -37,8 +37,8 @@ def cu_check(source: str) -> str | None:
 @pytest.mark.parametrize("path", [CPU_TASK.original, GPU_TASK.original, *DEFAULTS], ids=lambda p: p.name)
 def test_originals_and_defaults_pass(path):
     language = "c" if path.suffix == ".c" else "cuda"
-    header = CPU_TASK.header.name if language == "c" else GPU_TASK.header.name
-    assert guard.check_source(path.read_text(), language, header) is None
+    task = CPU_TASK if language == "c" else GPU_TASK
+    assert guard.check_source(path.read_text(), language, task.header_file, task.entry) is None
 
 
 def test_defaults_hold_inline_ptx_that_stays_allowed():
@@ -105,7 +105,7 @@ def test_adversarial_sources_at_the_size_limit_are_quick(unit):
     source = unit * (guard.MAX_SOURCE_BYTES // len(unit))
     for language in ("c", "cuda"):
         start = time.perf_counter()
-        guard.check_source(source, language, "evk_attention.h")
+        guard.check_source(source, language, "evk_attention.h", "evk_attention_fwd")
         assert time.perf_counter() - start < 2.0, (unit, language)
 
 
@@ -335,7 +335,7 @@ int evk_attention_fwd(float* o, const float* x, int n) {
 @needs_gcc
 def test_task_original_object_passes(tmp_path):
     library = tmp_path / "original.so"
-    command = compile_command("c", CPU_TASK.original, CPU_TASK.header.parent, library)
+    command = LANGUAGES["c"].compile_command(CPU_TASK.original, CPU_TASK.header.parent, library)
     subprocess.run(command, check=True, capture_output=True, text=True)
     assert guard.check_shared_object(library) is None
 
@@ -365,7 +365,7 @@ def test_cuda_command_links_the_shared_runtime_with_an_rpath(tmp_path, monkeypat
     nvcc.write_text("#!/bin/sh\nexit 0\n")
     nvcc.chmod(0o755)
     monkeypatch.setenv("PATH", str(root / "bin"))
-    command = compile_command("cuda", Path("k.cu"), Path("include"), Path("k.so"))
+    command = LANGUAGES["cuda"].compile_command(Path("k.cu"), Path("include"), Path("k.so"))
     joined = " ".join(command)
     assert "-cudart shared" in joined
     assert f"-Xlinker -rpath={root.resolve() / 'lib64'}" in joined
@@ -375,6 +375,6 @@ def test_cuda_command_links_the_shared_runtime_with_an_rpath(tmp_path, monkeypat
 
 def test_cuda_command_without_nvcc_still_names_the_shared_runtime(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    command = compile_command("cuda", Path("k.cu"), Path("include"), Path("k.so"))
+    command = LANGUAGES["cuda"].compile_command(Path("k.cu"), Path("include"), Path("k.so"))
     assert "-cudart" in command and command[command.index("-cudart") + 1] == "shared"
     assert not any(arg.startswith("-rpath") for arg in command)

@@ -139,7 +139,7 @@ def test_worker_ends_itself_when_its_parent_is_gone(tmp_path):
     original = build_checked(ORIGINAL, TASK, "original")[0].library
     for name, path in (("candidate", library), ("original", original)):
         shutil.copyfile(path, tmp_path / f"{name}.so")
-    request = {"backend": "cpu", "library": str(tmp_path), "speed_reference": "original",
+    request = {"backend": "cpu", "task": str(TASK.directory), "library": str(tmp_path), "speed_reference": "original",
                "scenarios": [vars(TASK.scenarios("quick")[0])], "seed": 1, "trials": 1, "rounds": 1, "warmup": 0,
                "timing_budget_ms": None, "tolerance": {"factor": 2.0, "floor": 1e-5}, "floors_ms": [0.0],
                "min_limit_s": 1.0, "self_destruct_s": 2}

@@ -52,7 +52,7 @@ def test_cpu_source_compiles_without_warnings(planted, tmp_path):
 
 @pytest.mark.parametrize("planted", PLANTED, ids=name_of)
 def test_cpu_source_passes_the_static_guard(planted):
-    assert guard.check_source(planted.source(ORIGINAL), "c", TASK.header.name) is None
+    assert guard.check_source(planted.source(ORIGINAL), "c", TASK.header_file, TASK.entry) is None
 
 
 @pytest.mark.parametrize("planted", PLANTED, ids=name_of)
@@ -64,7 +64,7 @@ def test_cpu_object_passes_the_import_guard(planted, tmp_path):
 
 @pytest.mark.parametrize("planted", CUDA_PLANTED, ids=name_of)
 def test_cuda_source_passes_the_static_guard(planted):
-    assert guard.check_source(planted.source(CUDA_ORIGINAL), "cuda", CUDA_TASK.header.name) is None
+    assert guard.check_source(planted.source(CUDA_ORIGINAL), "cuda", CUDA_TASK.header_file, CUDA_TASK.entry) is None
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (no GPU needed)")

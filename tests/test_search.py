@@ -253,7 +253,7 @@ def test_prebuild_fills_the_build_cache(tmp_path, monkeypatch):
 
 
 def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
-    import dataclasses
+    import copy
 
     from evokernel.evaluation.ray_pool import RayPool
     from evokernel.harness import CheckOptions
@@ -261,7 +261,8 @@ def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
 
     task = get_task("attention-fwd-cpu")
     pool = RayPool(task.name, CheckOptions(), 1, 1, 0)
-    pool.task = dataclasses.replace(task, language="cuda")  # prebuilds only for GPU tasks; compiles as C here
+    pool.task = copy.copy(task)
+    pool.task.language = "cuda"  # prebuilds only for GPU tasks; compiles as C here
     source = ORIGINAL + f"\nstatic const int evk_test_variant = {time.time_ns() % 1_000_000_007};\n"
     try:
         pool.prebuild(source)

@@ -46,7 +46,7 @@ def test_each_candidate_starts_clean_in_a_warm_worker():
     for evaluation in range(3):
         report = check_source(source, TASK, OPTIONS)
         assert report.correct, f"evaluation {evaluation + 1} saw state left by an earlier one: {report.failure}"
-        waiting = sandbox._WARM[("cpu", False)]
+        waiting = sandbox._WARM[("cpu", False, TASK.directory)]
         assert waiting.proc.poll() is None  # the next evaluation's worker is started and waiting
 
 

@@ -49,11 +49,12 @@ def print_check_report(report) -> None:
 
 @click.command()
 @click.argument("kernel", type=click.Path(path_type=Path))
-@click.option("--task", "task_name", required=True, help="Task name (see `evokernel tasks`).")
+@click.option("--task", "task_name", required=True, help="A task: built-in name (see `evokernel tasks`) or task directory.")
 @click.option("--scenarios", "scenario_set", default="quick", show_default=True, help="Scenario set or 'all'.")
 @click.option("--original", "speed_reference", default="original", show_default=True,
-              help="Speed reference: 'original', another kernel file, or a library baseline (cudnn, flash).")
-@click.option("--baselines", is_flag=True, help="Also time the task's library baselines (PyTorch SDPA).")
+              help="Speed reference: 'original', another kernel file, or one of the task's library baselines "
+                   "(attention-fwd: cudnn, flash).")
+@click.option("--baselines", is_flag=True, help="Also time the task's library baselines (e.g. PyTorch SDPA).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON here.")
 @click.option("--seed", type=int, help="Input seed (default: drawn now).")
 @click.option("--trials", type=click.IntRange(1, 20), default=3, show_default=True, help="Random inputs per scenario.")
@@ -87,12 +88,17 @@ def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str,
 
 
 @click.command()
-def tasks() -> None:
-    """List the tasks and their scenario sets."""
-    from evokernel.harness import get_task, task_names
+@click.option("--task-dir", "task_dirs", multiple=True, type=click.Path(path_type=Path),
+              help="Also list the tasks in this directory (a task directory, or a folder of them); repeatable.")
+def tasks(task_dirs: tuple[Path, ...]) -> None:
+    """List the tasks (built-in, and those in --task-dir) and their scenario sets."""
+    from evokernel.harness import get_task, task_names, tasks_in
 
-    for name in task_names():
-        task = get_task(name)
+    found = [get_task(name) for name in task_names()] + [t for d in task_dirs for t in tasks_in(d)]
+    for task in found:
         sets = ", ".join(f"{k} ({len(v)})" for k, v in task.scenario_sets.items())
-        console.print(f"[bold]{name}[/]: {task.description}\n  scenario sets: {sets}, all\n  "
-                      f"ABI header: {task.header}\n  original kernel: {task.original}")
+        baselines = f"\n  library baselines: {', '.join(task.library_baselines)}" if task.library_baselines else ""
+        console.print(f"[bold]{task.name}[/]: {task.description}\n  directory: {task.directory}\n"
+                      f"  language: {task.language}, {task.dtype}; entry point: {task.entry}\n"
+                      f"  scenario sets: {sets}, all\n  ABI header: {task.header}\n  original kernel: {task.original}"
+                      + baselines, soft_wrap=True, highlight=False)

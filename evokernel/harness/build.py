@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import re
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
+from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.sandbox import SCRATCH, run_isolated
 
 LOG_LIMIT = 6000
@@ -36,48 +35,6 @@ class BuildResult:
 
 def cache_root() -> Path:
     return Path(os.environ.get("EVOKERNEL_CACHE", Path.home() / ".cache" / "evokernel")) / "build"
-
-
-@lru_cache(maxsize=None)
-def cuda_arch_flags() -> tuple[str, ...]:
-    """Target the GPU that is present (sm_90a on Hopper, for wgmma and setmaxnreg)."""
-    arch = os.environ.get("EVOKERNEL_CUDA_ARCH")
-    if not arch:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20, check=False).stdout
-            arch = out.split()[0].replace(".", "") if out.strip() else "90"
-        except (OSError, subprocess.TimeoutExpired):
-            arch = "90"
-        arch = arch + "a" if arch in ("90", "100", "120") else arch
-    return (f"-gencode=arch=compute_{arch},code=sm_{arch}",)
-
-
-def cuda_library_dirs() -> list[str]:
-    """The CUDA toolkit's library folders, found from where `nvcc` is (none when it is missing)."""
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        return []
-    root = Path(nvcc).resolve().parent.parent
-    machine = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}.get(platform.machine(), platform.machine() + "-linux")
-    targets = root / "targets" / machine / "lib"
-    return [str(root / "lib64"), *([str(targets)] if targets.is_dir() else [])]
-
-
-def compile_command(language: str, source: Path, include_dir: Path, output: Path) -> list[str]:
-    if language == "cuda":
-        # The shared runtime, so that the object's undefined symbols are the kernel's own imports
-        # (guard.check_shared_object reads them; the static runtime brings dlopen, open...), and an
-        # rpath to the toolkit's runtime so that the object loads without LD_LIBRARY_PATH.
-        rpath = [arg for folder in cuda_library_dirs() for arg in ("-Xlinker", f"-rpath={folder}")]
-        return ["nvcc", "-O3", "-std=c++17", *cuda_arch_flags(), "-Xptxas", "-v", "-lineinfo",
-                "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", *rpath,
-                "-I", str(include_dir), "-o", str(output), str(source)]
-    if language == "c":
-        compiler = os.environ.get("CC", "gcc")
-        return [compiler, "-O3", "-march=native", "-fopenmp", "-std=c11", "-shared", "-fPIC", "-Wall",
-                "-I", str(include_dir), "-o", str(output), str(source)]
-    raise ValueError(f"no compiler for language {language!r}")
 
 
 def toolchain_dirs(compiler: str) -> list[Path]:
@@ -107,8 +64,9 @@ def first_error_lines(log: str, lines: int = 8) -> list[str]:
 
 def build(source: str, language: str, header: Path, timeout_s: float = 180.0) -> BuildResult:
     """Compile `source` (text) against the task's ABI header; reuse an earlier build of the same input."""
-    suffix = ".cu" if language == "cuda" else ".c"
-    probe = compile_command(language, Path("kernel" + suffix), header.parent, Path("kernel.so"))
+    facts = LANGUAGES[language]
+    suffix = facts.extension
+    probe = facts.compile_command(Path("kernel" + suffix), header.parent, Path("kernel.so"))
     key = hashlib.sha256("\0".join([source, header.read_text(), *probe]).encode()).hexdigest()[:24]
     directory = cache_root() / key
     library = directory / "kernel.so"
@@ -119,7 +77,7 @@ def build(source: str, language: str, header: Path, timeout_s: float = 180.0) ->
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     (scratch / ("kernel" + suffix)).write_text(source)
-    command = compile_command(language, SCRATCH / ("kernel" + suffix), header.parent, SCRATCH / "kernel.so")
+    command = facts.compile_command(SCRATCH / ("kernel" + suffix), header.parent, SCRATCH / "kernel.so")
     start = time.perf_counter()
     try:
         if shutil.which(command[0]) is None:

@@ -13,7 +13,8 @@ from evokernel.harness.build import BuildResult, build, show_source_paths
 from evokernel.harness.judge import judge
 from evokernel.harness.report import CheckReport
 from evokernel.harness.sandbox import isolation, run_worker
-from evokernel.harness.tasks import Task, get_task
+from evokernel.harness.task import Task
+from evokernel.harness.tasks import get_task
 
 
 @dataclass
@@ -56,7 +57,7 @@ MIN_STEP_LIMIT_S = {"cpu": 10.0, "cuda": 30.0}
 
 def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | None, str | None]:
     """Guard and build a kernel source; returns (build, refusal reason)."""
-    reason = guard.check_source(source, task.language, task.header.name)
+    reason = guard.check_source(source, task.language, task.header_file, task.entry)
     if reason:
         return None, reason
     result = build(source, task.language, task.header)
@@ -104,13 +105,13 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         report.check_seconds = round(time.perf_counter() - started, 3)
         return report.reject(reason)
     original, reason = build_checked(task.original.read_text(), task, "the task's original kernel")
-    if reason:
-        raise RuntimeError(f"{task.name}: {reason}")  # a broken installation, not a bad candidate
+    if reason:  # a broken task (or installation), not a bad candidate
+        raise BadInput(f"task {task.name}: {task.original}: {reason}")
     kernels = {"candidate": candidate.library, "original": original.library}
     if speed_library is not None:
         kernels["speed_reference"] = speed_library
     request = {
-        "backend": task.backend, "speed_reference": speed,
+        "backend": task.backend, "task": str(task.directory), "speed_reference": speed,
         "baselines": list(task.library_baselines) if options.baselines else [],
         "scenarios": [asdict(s) for s in scenarios], "seed": seed, "trials": options.trials,
         "rounds": options.rounds or DEFAULT_ROUNDS[task.backend], "warmup": options.warmup,
@@ -120,7 +121,8 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         "floors_ms": [task.roofline_floor_ms(s) for s in scenarios], "min_limit_s": MIN_STEP_LIMIT_S[task.backend],
     }
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
-                         START_LIMIT_S[task.backend], devices=task.backend == "cuda", keep_warm=options.warm_worker)
+                         START_LIMIT_S[task.backend], devices=task.backend == "cuda", keep_warm=options.warm_worker,
+                         task_dir=task.directory)
     report.check_seconds = round(time.perf_counter() - started, 3)
     judge(report, outcome, task, scenarios, request)
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})

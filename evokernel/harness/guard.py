@@ -250,8 +250,9 @@ def _show(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_source(source: str, language: str, abi_header: str) -> str | None:
-    """Return the reason the source is refused (one line), or None when it may be built."""
+def check_source(source: str, language: str, abi_header: str, entry: str) -> str | None:
+    """Return the reason the source is refused (one line), or None when it may be built; `entry` is the
+    symbol the kernel must define."""
     size = len(source.encode("utf-8", "surrogatepass"))
     if size > MAX_SOURCE_BYTES:
         limit = _size(MAX_SOURCE_BYTES).replace(".0 ", " ")
@@ -263,8 +264,8 @@ def check_source(source: str, language: str, abi_header: str) -> str | None:
     lexed = _lex(source, language)
     return (_check_directives(lexed, language, abi_header) or _check_probes(lexed) or _check_asm_files(lexed)
             or _check_asm_labels(lexed) or _check_forbidden_words(lexed)
-            or (None if "evk_attention_fwd" in lexed.code
-                else "static guard: the entry point evk_attention_fwd is not defined"))
+            or (None if re.search(rf"\b{re.escape(entry)}\b", lexed.code)
+                else f"static guard: the entry point {entry} is not defined"))
 
 
 def _rest_of_line(lexed: _Lexed, start: int) -> str:

@@ -3,8 +3,9 @@
 The worker runs candidate code in its own address space, so anything it sends may be forged. The
 parent therefore derives every figure itself and cross-checks what it cannot derive:
 - the inputs of every trial and timed call follow from the seed (it regenerates them, with `values`);
-  sampled output rows of one trial and one timed call per scenario, chosen here after the fact with
-  randomness the worker never sees, are recomputed in float64 and must match;
+  the sampled output elements of one trial and one timed call per scenario, chosen here after the fact
+  with randomness the worker never sees, are recomputed in float64 with the task's `reference_at` and
+  must match;
 - the call numbers, input offsets and round counts must be exactly those the protocol prescribes
   (a replayed or skipped call is a corrupted report);
 - times are medians of the individual calls, and the difference between the candidate's and the speed
@@ -21,13 +22,14 @@ from collections import defaultdict
 import numpy as np
 
 from evokernel.harness import values
-from evokernel.harness.backends import call_offsets, regenerated_rows
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
 from evokernel.harness.sandbox import WorkerOutcome
-from evokernel.harness.tasks import Scenario, Task
-from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, RETIME_CALL, TRIAL_SCALE, timing_call
+from evokernel.harness.task import Task, sampled_elements
+from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, RETIME_CALL, timing_call
 
-ROW_TOLERANCE = {2: (0.02, 0.02), 4: (1e-3, 1e-3)}  # (absolute, relative) by element size: a forgery check
+# (absolute, relative) by dtype: sampled elements must match the parent's own values this closely (a
+# forgery check; the worker's bound on the error against the reference is the real correctness check)
+ROW_TOLERANCE = {"bfloat16": (0.02, 0.02), "float16": (0.02, 0.02), "float32": (1e-3, 1e-3)}
 # How far the reported candidate-minus-reference difference may fall below the one the parent's clock saw:
 # (milliseconds, fraction of the reference's call interval) by backend. On a CPU host the kernels share
 # the cores with the parent, whose clock readings then lag by more than the kernels take: only the
@@ -49,7 +51,7 @@ NUMBER = (int, float)
 MESSAGE_FIELDS: dict[str, dict[str, type | tuple]] = {
     "hello": {"device": str}, "step": {"text": str, "limit_s": NUMBER}, "done": {"seconds": dict},
     "error": {"error": str}, "rejected": {"index": int, "error": str}, "verified": {"index": int},
-    "trial": {"index": int, "call": int, "rows": list}, "full-check": {"index": int, "call": int},
+    "trial": {"index": int, "call": int, "rows": dict}, "full-check": {"index": int, "call": int},
     "call": {"index": int, "call": int, "kernel": str, "ms": NUMBER, "offsets": list},
 }
 
@@ -61,7 +63,7 @@ def _well_formed(data: dict, scenario_count: int) -> bool:
     return "index" not in fields or 0 <= data["index"] < scenario_count
 
 
-def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: list[Scenario], request: dict) -> None:
+def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: list, request: dict) -> None:
     """Fill `report` (scenarios, correctness, speedups) from `outcome`."""
     if not all(_well_formed(m.data, len(scenarios)) for m in outcome.messages):
         report.reject("corrupted the harness channel (a message that is not a worker message)")
@@ -116,21 +118,32 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _rows_match(claimed, reference: np.ndarray, element_size: int) -> bool:
-    try:
-        rows = np.asarray(claimed, dtype=np.float64)
-    except (TypeError, ValueError):
+def _rows_match(claimed, reference: dict[str, np.ndarray], dtype: str) -> bool:
+    """Whether the worker's sampled elements (output name -> values) match the parent's reference."""
+    if not isinstance(claimed, dict) or set(claimed) != set(reference):
         return False
-    if rows.shape != reference.shape or not np.all(np.isfinite(rows)):
-        return False
-    absolute, relative = ROW_TOLERANCE[element_size]
-    return bool(np.all(np.abs(rows - reference) <= absolute + relative * np.abs(reference)))
+    absolute, relative = ROW_TOLERANCE[dtype]
+    for name, expected in reference.items():
+        try:
+            got = np.asarray(claimed[name], dtype=np.float64)
+        except (TypeError, ValueError):
+            return False
+        if got.shape != expected.shape or not np.all(np.isfinite(got)) \
+                or not np.all(np.abs(got - expected) <= absolute + relative * np.abs(expected)):
+            return False
+    return True
 
 
-def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scenarios: list[Scenario],
-                 request: dict) -> None:
+def _regenerated(task: Task, scenario, seed: int, distribution: str, offsets: tuple[int, ...]) -> dict:
+    """The sampled elements' reference values for the call made from `seed` (rolled by `offsets`), from the
+    seed alone: the same inputs the worker drew, without anything the worker reported."""
+    rolled = {t.name: (t.shape, t.roll_axis) for t in task.inputs(scenario)}
+    fetch = values.regenerated_fetch(rolled, seed, distribution, task.dtype, offsets)
+    return task.reference_at(scenario, sampled_elements(task, scenario, seed, offsets), fetch)
+
+
+def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scenarios: list, request: dict) -> None:
     chooser = random.SystemRandom()  # the worker cannot know which messages are checked
-    bfloat16 = task.element_size == 2
     seed = request["seed"]
     trials = defaultdict(list)
     for message in by_type["trial"]:
@@ -144,16 +157,17 @@ def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scena
             raise Forged(f"{scenario.name}: trials {[t['call'] for t in got]} reported")
         trial = chooser.choice(got)
         call = trial["call"]
-        rows, reference = regenerated_rows(scenario, values.mix(seed, index, call), values.DISTRIBUTIONS[call % 2],
-                                           scenario.scale * TRIAL_SCALE[call % 3], (0, 0, 0), bfloat16)
-        if not _rows_match(trial["rows"], reference, task.element_size):
-            raise Forged(f"{scenario.name}: output rows {rows} of verification trial {call + 1} do not match the "
+        reference = _regenerated(task, task.vary(scenario, call), values.mix(seed, index, call),
+                                 task.distributions[call % len(task.distributions)],
+                                 (0,) * len(task.inputs(scenario)))
+        if not _rows_match(trial["rows"], reference, task.dtype):
+            raise Forged(f"{scenario.name}: sampled outputs of verification trial {call + 1} do not match the "
                          "parent's own reference")
         if request["time"]:
             _check_timing(results[index], scenario, index, calls[index], task, request, chooser)
 
 
-def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messages: list, task: Task,
+def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, task: Task,
                   request: dict, chooser: random.Random) -> None:
     messages = sorted(messages, key=lambda m: m.arrived)
     retimed = [m for m in messages if m.data["call"] >= RETIME_CALL]
@@ -168,7 +182,7 @@ def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messag
     if rounds < min(5, request["rounds"]) or rounds > request["rounds"] or rounds * len(kernels) != len(batch):
         raise Forged(f"{scenario.name}: {len(batch)} timed calls of {len(kernels)} kernels reported")
     base_seed = values.mix(request["seed"], index, RETIME_CALL - 1 if retimed else 999)
-    offsets = call_offsets(scenario, base_seed, len(batch))
+    offsets = values.call_offsets([(t.shape, t.roll_axis) for t in task.inputs(scenario)], base_seed, len(batch))
     for message in batch:
         data = message.data
         kernel_index = kernels.index(data["kernel"])
@@ -180,10 +194,9 @@ def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messag
     if len({c["call"] for c in candidate_calls}) != rounds:
         raise Forged(f"{scenario.name}: timed calls repeated")
     sample = chooser.choice(candidate_calls)
-    rows, reference = regenerated_rows(scenario, base_seed, "normal", scenario.scale, tuple(sample["offsets"]),
-                                       task.element_size == 2)
-    if not _rows_match(sample["rows"], reference, task.element_size):
-        raise Forged(f"{scenario.name}: output rows {rows} of a timed call do not match the parent's own reference")
+    reference = _regenerated(task, scenario, base_seed, "normal", tuple(sample["offsets"]))
+    if not _rows_match(sample["rows"], reference, task.dtype):
+        raise Forged(f"{scenario.name}: sampled outputs of a timed call do not match the parent's own reference")
     times = {k: [m.data["ms"] for m in batch if m.data["kernel"] == k] for k in kernels}
     _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])
     result.time_ms = float(np.median(times["candidate"]))
@@ -202,7 +215,7 @@ def _check_timing(result: ScenarioResult, scenario: Scenario, index: int, messag
         raise Refused(f"{scenario.name}: {result.error}")
 
 
-def _check_wall_clock(scenario: Scenario, sequence: list, times: dict[str, list[float]],
+def _check_wall_clock(scenario, sequence: list, times: dict[str, list[float]],
                       slack: tuple[float, float] | None, span_slack_ms: float) -> None:
     """What the parent's clock saw must support the reported times. The calls cannot take longer than the
     span that holds them (the first call's start is not seen). And where the clock is quiet enough (`slack`),

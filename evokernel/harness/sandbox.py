@@ -265,7 +265,7 @@ class _Started:
         self.holder.cleanup()
 
 
-_WARM: dict[tuple[str, bool], _Started] = {}  # one started worker per (backend, devices), for the next check
+_WARM: dict[tuple[str, bool, Path], _Started] = {}  # one started worker per (backend, devices, task), for the next check
 
 
 @lru_cache(maxsize=None)
@@ -278,7 +278,8 @@ def _sweep_orphans() -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _start(backend: str, devices: bool) -> _Started:
+def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
+    """A worker for tasks of `backend`, its device context made; it can read `task_dir` (the task's files)."""
     box = isolation()
     _sweep_orphans()
     holder = tempfile.TemporaryDirectory(prefix=f"evk-worker-{os.getpid()}-")
@@ -293,7 +294,9 @@ def _start(backend: str, devices: bool) -> _Started:
     argv = [sys.executable, "-m", "evokernel.harness.worker", backend, str(write_end)]
     if box.enforced:
         inside_library = Path("/evk/lib")
-        command = bwrap_command(argv, scratch, _python_paths(), devices)
+        package = Path(evokernel.__file__).resolve().parent
+        readable = _python_paths() + ([] if task_dir.resolve().is_relative_to(package) else [task_dir.resolve()])
+        command = bwrap_command(argv, scratch, readable, devices)
         command[-len(argv) - 1:-len(argv) - 1] = ["--ro-bind", str(library), str(inside_library)]
         env["HOME"] = str(SCRATCH)
     else:
@@ -316,17 +319,17 @@ def _discard_warm() -> None:
 
 
 def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
-               start_limit_s: float, devices: bool, keep_warm: bool = False) -> WorkerOutcome:
+               start_limit_s: float, devices: bool, task_dir: Path, keep_warm: bool = False) -> WorkerOutcome:
     """Run `python -m evokernel.harness.worker` on `request` in the sandbox; never raises for a bad kernel.
 
     The request goes in on stdin; the worker answers with JSON lines on a pipe. Built kernels are
     copied into a read-only directory (`kernels` maps a name to a built object; the worker finds them
-    by name). Each message may set `limit_s`, the time until the next message must arrive; the first
+    by name); the task's directory `task_dir` is readable, read-only. Each message may set `limit_s`, the time until the next message must arrive; the first
     one must arrive within `start_limit_s`; `timeout_s` bounds the whole run. With `keep_warm`, the
     worker for the next check is started as soon as this one has ended, so that it has paid its start-up
     when that check comes (each worker still serves one candidate only).
     """
-    key = (request["backend"], devices)
+    key = (request["backend"], devices, Path(task_dir))
     worker = _WARM.pop(key, None)
     if worker is None or worker.proc.poll() is not None:
         if worker is not None:

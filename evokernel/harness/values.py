@@ -10,6 +10,8 @@ maximum subtraction).
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
 MASK31 = (1 << 31) - 1
@@ -58,3 +60,57 @@ def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
     bits = x.astype(np.float32).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
     return rounded.view(np.float32)
+
+
+def tensor_seed(seed: int, position: int) -> int:
+    """The seed of the `position`-th input tensor of a call."""
+    return mix(seed, position + 1)
+
+
+def round_to(dtype: str, x: np.ndarray) -> np.ndarray:
+    """float32 values as the kernel sees them in `dtype` (kept as float32)."""
+    if dtype == "bfloat16":
+        return round_to_bfloat16(x)
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
+    return x
+
+
+def call_offsets(shapes: list[tuple[tuple[int, ...], int]], seed: int, calls: int) -> list[tuple[int, ...]]:
+    """For each timed call, how far each input (shape, roll axis) is rolled along its axis: no two calls
+    alike, and inputs of the same shape never rolled alike (which could leave an output unchanged)."""
+    rng = random.Random(seed)
+    seen: set[tuple[int, ...]] = set()
+    twins = [(a, b) for a in range(len(shapes)) for b in range(a + 1, len(shapes))
+             if shapes[a] == shapes[b] and shapes[a][0][shapes[a][1]] > 1]
+    offsets = []
+    for _ in range(calls):
+        for _attempt in range(1000):
+            candidate = tuple(rng.randrange(shape[axis]) for shape, axis in shapes)
+            if candidate not in seen and all(candidate[a] != candidate[b] for a, b in twins):
+                break
+        seen.add(candidate)
+        offsets.append(candidate)
+    return offsets
+
+
+def rolled_source(shape: tuple[int, ...], axis: int, roll: int, flat: np.ndarray) -> np.ndarray:
+    """Flat indices of the drawn tensor whose values a roll by `roll` along `axis` put at `flat`."""
+    position = list(np.unravel_index(flat, shape))
+    position[axis] = (position[axis] - roll) % shape[axis]
+    return np.ravel_multi_index(tuple(position), shape).astype(np.int64)
+
+
+def regenerated_fetch(shapes: dict[str, tuple[tuple[int, ...], int]], seed: int, distribution: str, dtype: str,
+                      offsets: tuple[int, ...]):
+    """`fetch(name, flat)`: the values input `name` held at flat indices `flat` in the call made from `seed`
+    (rolled by `offsets`), recomputed from the seed alone, as float64."""
+    positions = {name: position for position, name in enumerate(shapes)}
+
+    def fetch(name: str, flat) -> np.ndarray:
+        shape, axis = shapes[name]
+        source = rolled_source(shape, axis, offsets[positions[name]], np.asarray(flat, dtype=np.int64))
+        drawn = numpy_draw(source, tensor_seed(seed, positions[name]), distribution)
+        return round_to(dtype, drawn).astype(np.float64)
+
+    return fetch

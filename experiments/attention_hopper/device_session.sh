@@ -23,7 +23,7 @@ case "$phase" in
     step pytest
     timeout 330 python3 -m pytest -q -p no:cacheprovider tests/test_harness_cuda.py tests/test_isolation_cuda.py tests/test_guard.py tests/test_attention_hopper.py 2>&1 | tee "$OUT/pytest.log" | tail -8
     step original all
-    timeout 300 evokernel check evokernel/harness/tasks/attention_fwd/original.cu --task attention-fwd \
+    timeout 300 evokernel check evokernel/tasks/attention_fwd/original.cu --task attention-fwd \
       --scenarios all --no-time --json "$OUT/original_all.json" 2>&1 | tee "$OUT/original_all.txt" | tail -6 ;;
   seed)
     step seed all

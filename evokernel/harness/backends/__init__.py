@@ -1,135 +1,75 @@
-"""Backends: how kernels of one kind are loaded, fed, run, timed and compared on one device.
+"""Backends: how built kernels are loaded, fed, called, timed and audited on one kind of device.
 
-Each backend module defines a class `Backend` with the methods the worker calls:
-`load`, `baseline`, `supports`, `make_inputs`, `roll_inputs`, `snapshot`, `unchanged`, `run`, `call`,
-`time_call`, `reference`, `rows`, `reference_rows`, `guards_intact`, `audit`, `release`, `device_name`.
-A new device kind is one new file.
-
-Inputs come from `values` (a counter-based hash) so the parent can regenerate any of them; every
-tensor sits between guard bands (canary values) that a kernel writing out of bounds changes.
+A backend knows devices, not problems: the task says which tensors and scalars a kernel takes
+(`Task.arguments`), and the backend allocates them (each between guard bands of canary values that a
+kernel writing out of bounds changes), fills the inputs from `values` (so the parent can regenerate
+any of them), poisons the outputs, passes everything in one struct to the entry point, and times the
+call. Each backend module defines a class `Backend` with the methods the worker calls:
+`device_name`, `load`, `make_inputs`, `roll_inputs`, `gather`, `guards_intact`, `snapshot`,
+`unchanged`, `poison_outputs`, `run`, `time_call`, `count_nonfinite`, `max_abs_diff`,
+`relative_error`, `audit`, `release`. A new device kind is one new file.
 """
 
 from __future__ import annotations
 
 import ctypes
-import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from evokernel.harness import values
-from evokernel.harness.tasks import Scenario
+from evokernel.harness.languages import Language
+from evokernel.harness.task import Scalar, Tensor
 
 GUARD_ELEMENTS = 4096  # canary elements before and after every tensor (8-16 KiB: beyond small overruns)
-CANARY = 1234.5  # exactly representable in bf16 and fp32
-ROWS_CHECKED = 2  # output rows compared on every timed call
-
-
-class AttentionParams(ctypes.Structure):
-    """Mirror of evk_attention_params (both tasks share the layout; pointers are untyped here)."""
-
-    _fields_ = [
-        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
-        ("batch", ctypes.c_int), ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int),
-        ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("head_dim", ctypes.c_int),
-        ("causal", ctypes.c_int), ("softmax_scale", ctypes.c_float),
-    ]
+CANARY = 1234.5  # exactly representable in bf16, fp16 and fp32
+SCALAR_CTYPES = {"int": ctypes.c_int, "int64": ctypes.c_int64, "float": ctypes.c_float, "double": ctypes.c_double}
 
 
 @dataclass
 class Inputs:
-    """One problem instance on the device: q, k, v, the output buffer (views inside guarded buffers),
-    the buffers themselves, and the scale to use."""
+    """One call's arguments on the device: the tensors (views inside guarded buffers) by name, the buffers
+    themselves, and the struct the entry point receives (pointers fixed for the life of the buffers)."""
 
-    scenario: Scenario
-    scale: float
-    q: Any
-    k: Any
-    v: Any
-    o: Any
-    guarded: tuple  # the whole buffers, guard bands included, in the order q, k, v, o
+    scenario: Any
+    arguments: list[Tensor | Scalar]
+    arrays: dict[str, Any]
+    guarded: dict[str, Any]
+    struct: ctypes.Structure | None = None
+    prepared: dict[str, Any] = field(default_factory=dict)  # what library baselines made of these inputs
 
-    def params(self, pointer_of) -> AttentionParams:
-        s = self.scenario
-        return AttentionParams(pointer_of(self.q), pointer_of(self.k), pointer_of(self.v), pointer_of(self.o),
-                               s.batch, s.heads_q, s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim,
-                               int(s.causal), self.scale)
+    @property
+    def input_names(self) -> list[str]:
+        return [a.name for a in self.arguments if isinstance(a, Tensor) and not a.output]
 
+    @property
+    def output_names(self) -> list[str]:
+        return [a.name for a in self.arguments if isinstance(a, Tensor) and a.output]
 
-def shapes(s: Scenario) -> dict[str, tuple[int, ...]]:
-    """Layout [batch, seqlen, heads, head_dim] of q, k, v and o."""
-    return {"q": (s.batch, s.seqlen_q, s.heads_q, s.head_dim), "k": (s.batch, s.seqlen_k, s.heads_kv, s.head_dim),
-            "v": (s.batch, s.seqlen_k, s.heads_kv, s.head_dim), "o": (s.batch, s.seqlen_q, s.heads_q, s.head_dim)}
+    def inputs(self) -> dict[str, Any]:
+        return {name: self.arrays[name] for name in self.input_names}
 
 
-def tensor_seed(seed: int, name: str) -> int:
-    return values.mix(seed, "qkv".index(name) + 1)
+def parameter_struct(arguments: list[Tensor | Scalar], pointer_of) -> ctypes.Structure:
+    """The entry's parameter struct: a pointer per tensor and each scalar by value, in the listed order."""
+
+    class Params(ctypes.Structure):
+        _fields_ = [(a.name, ctypes.c_void_p if isinstance(a, Tensor) else SCALAR_CTYPES[a.ctype]) for a in arguments]
+
+    values = [pointer_of(a.name) if isinstance(a, Tensor) else a.value for a in arguments]
+    return Params(*values)
 
 
-def call_offsets(scenario: Scenario, seed: int, calls: int) -> list[tuple[int, int, int]]:
-    """Rolls along the sequence of q, k and v for each timed call: no two calls see the same inputs
-    (k and v never rolled alike, which would leave a non-causal output unchanged)."""
-    rng = random.Random(seed)
-    seen: set[tuple[int, int, int]] = set()
-    offsets = []
-    for _ in range(calls):
-        for _attempt in range(1000):
-            candidate = (rng.randrange(scenario.seqlen_q), rng.randrange(scenario.seqlen_k),
-                         rng.randrange(scenario.seqlen_k))
-            if candidate not in seen and (candidate[1] != candidate[2] or scenario.seqlen_k == 1):
-                break
-        seen.add(candidate)
-        offsets.append(candidate)
-    return offsets
+class Entry:
+    """A built kernel's entry point: `entry(inputs, stream)` calls it with the inputs' struct (and, where the
+    language takes one, the harness's stream handle)."""
 
+    def __init__(self, path: Path, symbol: str, language: Language) -> None:
+        library = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)  # a private handle per path
+        self.function = getattr(library, symbol)
+        self.function.argtypes = [ctypes.c_void_p, ctypes.c_void_p] if language.stream_argument else [ctypes.c_void_p]
+        self.function.restype = ctypes.c_int
+        self.stream_argument = language.stream_argument
 
-def pick_rows(scenario: Scenario, seed: int) -> tuple[int, int, list[int]]:
-    """(batch, head, query rows) whose outputs are compared: one head, so the parent regenerates one K/V."""
-    rng = random.Random(seed ^ 0x5EED)
-    rows = sorted({rng.randrange(scenario.seqlen_q) for _ in range(ROWS_CHECKED)})
-    return rng.randrange(scenario.batch), rng.randrange(scenario.heads_q), rows
-
-
-def attention_rows(q_rows: np.ndarray, k: np.ndarray, v: np.ndarray, rows: list[int], scenario: Scenario,
-                   scale: float) -> np.ndarray:
-    """float64 attention for query rows `rows` of one head: q_rows [R, D], k and v [Sk, D]."""
-    scores = (q_rows.astype(np.float64) @ k.astype(np.float64).T) * scale
-    if scenario.causal:
-        limit = np.asarray(rows)[:, None] + (scenario.seqlen_k - scenario.seqlen_q)
-        scores = np.where(np.arange(scenario.seqlen_k)[None, :] <= limit, scores, -np.inf)
-    peak = scores.max(axis=1, keepdims=True)
-    weights = np.exp(scores - np.where(np.isfinite(peak), peak, 0))
-    total = weights.sum(axis=1, keepdims=True)
-    return np.where(total > 0, (weights @ v.astype(np.float64)) / np.where(total > 0, total, 1), 0)
-
-
-def regenerated_rows(scenario: Scenario, seed: int, distribution: str, scale: float,
-                     offsets: tuple[int, int, int], bfloat16: bool) -> tuple[list[int], np.ndarray]:
-    """The reference rows the parent computes on its own, from the seed alone: the same values the worker
-    drew (and rolled by `offsets`), without anything the worker reported. Returns (rows, reference)."""
-    s = scenario
-    b, h, rows = pick_rows(s, values.mix(seed, *offsets))
-    kv_head = s.kv_head(h)
-    dims = np.arange(s.head_dim)
-
-    def fetch(name: str, positions: np.ndarray, head: int, heads: int, length: int, roll: int) -> np.ndarray:
-        source = (positions - roll) % length  # what a roll by `roll` put at `positions`
-        index = ((b * length + source[:, None]) * heads + head) * s.head_dim + dims[None, :]
-        drawn = values.numpy_draw(index, tensor_seed(seed, name), distribution)
-        return values.round_to_bfloat16(drawn) if bfloat16 else drawn
-
-    q = fetch("q", np.asarray(rows), h, s.heads_q, s.seqlen_q, offsets[0])
-    keys = np.arange(s.seqlen_k)
-    k = fetch("k", keys, kv_head, s.heads_kv, s.seqlen_k, offsets[1])
-    v = fetch("v", keys, kv_head, s.heads_kv, s.seqlen_k, offsets[2])
-    return rows, attention_rows(q, k, v, rows, s, scale)
-
-
-def load_entry(path, argtypes: list) -> ctypes._CFuncPtr:
-    """Load `evk_attention_fwd` from a built shared object (a private handle per path)."""
-    library = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
-    entry = library.evk_attention_fwd
-    entry.argtypes = argtypes
-    entry.restype = ctypes.c_int
-    return entry
+    def __call__(self, inputs: Inputs, stream: int | None = None) -> int:
+        pointer = ctypes.addressof(inputs.struct)
+        return self.function(pointer, stream) if self.stream_argument else self.function(pointer)

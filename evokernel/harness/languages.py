@@ -1,0 +1,70 @@
+"""Languages kernels are written in: one table of what differs between them (file extension, compiler
+and flags, the backend that runs the built object, how its entry point is called)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+
+@lru_cache(maxsize=None)
+def cuda_arch_flags() -> tuple[str, ...]:
+    """Target the GPU that is present (sm_90a on Hopper, for wgmma and setmaxnreg)."""
+    arch = os.environ.get("EVOKERNEL_CUDA_ARCH")
+    if not arch:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20, check=False).stdout
+            arch = out.split()[0].replace(".", "") if out.strip() else "90"
+        except (OSError, subprocess.TimeoutExpired):
+            arch = "90"
+        arch = arch + "a" if arch in ("90", "100", "120") else arch
+    return (f"-gencode=arch=compute_{arch},code=sm_{arch}",)
+
+
+def cuda_library_dirs() -> list[str]:
+    """The CUDA toolkit's library folders, found from where `nvcc` is (none when it is missing)."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        return []
+    root = Path(nvcc).resolve().parent.parent
+    machine = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}.get(platform.machine(), platform.machine() + "-linux")
+    targets = root / "targets" / machine / "lib"
+    return [str(root / "lib64"), *([str(targets)] if targets.is_dir() else [])]
+
+
+def _nvcc_command(source: Path, include_dir: Path, output: Path) -> list[str]:
+    # The shared runtime, so that the object's undefined symbols are the kernel's own imports
+        # (guard.check_shared_object reads them; the static runtime brings dlopen, open...), and an
+        # rpath to the toolkit's runtime so that the object loads without LD_LIBRARY_PATH.
+    rpath = [arg for folder in cuda_library_dirs() for arg in ("-Xlinker", f"-rpath={folder}")]
+    return ["nvcc", "-O3", "-std=c++17", *cuda_arch_flags(), "-Xptxas", "-v", "-lineinfo",
+            "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", *rpath,
+            "-I", str(include_dir), "-o", str(output), str(source)]
+
+
+def _cc_command(source: Path, include_dir: Path, output: Path) -> list[str]:
+    return [os.environ.get("CC", "gcc"), "-O3", "-march=native", "-fopenmp", "-std=c11", "-shared", "-fPIC",
+            "-Wall", "-I", str(include_dir), "-o", str(output), str(source)]
+
+
+@dataclass(frozen=True)
+class Language:
+    name: str
+    extension: str  # of a kernel source file
+    fence: str  # the code fence a prompt shows its sources in
+    backend: str  # module in evokernel.harness.backends that loads, feeds and times the built object
+    compile_command: Callable[[Path, Path, Path], list[str]]  # (source, include folder, output object)
+    stream_argument: bool  # the entry takes the harness's stream after the parameter struct
+
+
+LANGUAGES = {
+    "c": Language("c", ".c", "c", "cpu", _cc_command, stream_argument=False),
+    "cuda": Language("cuda", ".cu", "cuda", "cuda", _nvcc_command, stream_argument=True),
+}
