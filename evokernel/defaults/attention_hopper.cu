@@ -51,6 +51,9 @@
 #define PRODUCER_REGS 24  // @knob 24,32,40
 // Causal blocks in reverse order of their row (the longest first), 0 = natural order.
 #define CAUSAL_LONGEST_FIRST 1  // @knob 0,1
+// Causal: a consumer warpgroup stops at its own last visible key tile instead of the block's (it
+// still releases the later tiles' buffers), 0 = every warpgroup computes every tile of the block.
+#define SKIP_MASKED_TILES 1  // @knob 0,1
 // Query lengths below this use the mma.sync fallback (decode-like shapes).
 #define MIN_SEQLEN_Q_WGMMA 64  // @knob 1,16,64,128
 // Most key splits of the fallback when its query blocks leave multiprocessors idle (1 = no split).
@@ -407,12 +410,31 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   bf16* const gO = (bf16*)p.o + ((long)b * Sq * p.heads_q + h) * D;
   const long q_stride = (long)p.heads_q * D;
 
-  if (n_blocks == 0) {
+  // This warpgroup's tiles: with SKIP_MASKED_TILES and a causal mask, up to its own last visible key.
+  int n_mine = n_blocks;
+  if (SKIP_MASKED_TILES && p.causal) {
+    const int n_end_w = min(Sk, min(m0w + 64, Sq) + diag);
+    n_mine = n_end_w > 0 ? min(n_blocks, (n_end_w + BN - 1) / BN) : 0;
+  }
+  // Releases tiles [j0, n_blocks) this warpgroup does not compute. Each arrival waits for its tile to
+  // land first: an early arrival would count toward the phase of the stage's previous use.
+  auto release_rest = [&](int j0) {
+    for (int j = j0; j < n_blocks; ++j) {
+      const int s = j % STAGES;
+      const uint32_t par = (uint32_t)((j / STAGES) & 1);
+      mbar_wait(EVK_KFULL(s), par);
+      if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
+      mbar_wait(EVK_VFULL(s), par);
+      if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
+    }
+  };
+  if (n_mine == 0) {
     for (int i = wtid; i < 64 * (D / 8); i += 128) {
       const int r = i / (D / 8), c = i % (D / 8);
       if (m0w + r < Sq)
         *reinterpret_cast<uint4*>(gO + (long)(m0w + r) * q_stride + c * 8) = make_uint4(0, 0, 0, 0);
     }
+    release_rest(0);
     return;
   }
 
@@ -522,7 +544,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       softmax(0, corr);
     }
     pack_p();
-    for (int j = 1; j < n_blocks; ++j) {
+    for (int j = 1; j < n_mine; ++j) {
       const int s = j % STAGES, sp = (j - 1) % STAGES;
       mbar_wait(EVK_KFULL(s), (uint32_t)((j / STAGES) & 1));
       fence_regs(sacc);
@@ -545,7 +567,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       pack_p();
     }
     {
-      const int j = n_blocks - 1, s = j % STAGES;
+      const int j = n_mine - 1, s = j % STAGES;
       mbar_wait(EVK_VFULL(s), (uint32_t)((j / STAGES) & 1));
       fence_regs(o);
       wg_fence();
@@ -556,7 +578,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
     }
   } else {
-    for (int j = 0; j < n_blocks; ++j) {
+    for (int j = 0; j < n_mine; ++j) {
       const int s = j % STAGES;
       const uint32_t par = (uint32_t)((j / STAGES) & 1);
       mbar_wait(EVK_KFULL(s), par);
@@ -581,6 +603,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
     }
   }
+  release_rest(n_mine);
 #undef EVK_KFULL
 #undef EVK_KEMPTY
 #undef EVK_VFULL
