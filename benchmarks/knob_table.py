@@ -8,7 +8,8 @@ too slow for one session (the CUDA seed in ten-minute device calls) is filled in
     python benchmarks/knob_table.py --task attention-fwd-cpu --scenarios grid \
         --out experiments/attention_cpu/knob_table.csv
     python benchmarks/knob_table.py --task attention-fwd --seed-kernel evokernel/defaults/attention_hopper.cu \
-        --scenarios fa3-2k --out experiments/attention_hopper/knob_table.csv --stop-after-s 540
+        --scenarios fa3-2k --speed-reference cudnn --out experiments/attention_hopper/knob_table.csv \
+        --fix ... --stop-after-s 540    # rerun until it says 0 to measure
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default="attention-fwd-cpu")
     parser.add_argument("--seed-kernel", type=Path, help="kernel with @knob lines (default: the task's original)")
     parser.add_argument("--scenarios", default="grid")
+    parser.add_argument("--speed-reference", default="original",
+                        help="what fitness is a speedup over (as `check --original`: original, a file, cudnn, ...)")
     parser.add_argument("--trials", type=int, default=1, help="verification trials per scenario")
     parser.add_argument("--rounds", type=int, help="timing rounds (default: the backend's)")
     parser.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     done = measured_keys(args.out, names)
     todo = [c for c in combos if tuple(c[n] for n in names) not in done]
     print(f"{len(combos)} combinations, {len(done)} already in {args.out}, {len(todo)} to measure", flush=True)
-    options = CheckOptions(scenario_set=args.scenarios, trials=args.trials, rounds=args.rounds)
+    options = CheckOptions(scenario_set=args.scenarios, speed_reference=args.speed_reference, trials=args.trials,
+                           rounds=args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new_file = not args.out.is_file()
     started, loads = time.time(), [load_average()]
@@ -119,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                 loads.append(load_average())
             print(f"[{index}/{len(todo)}] {combo} -> correct={row['correct']} fitness={row['fitness']} "
                   f"spread={row['spread']} ({row['check_s']} s)", flush=True)
-    meta = {"task": task.name, "seed_kernel": str(seed_path), "scenarios": args.scenarios, "trials": args.trials,
+    seed_shown = Path(seed_path).resolve()
+    seed_shown = seed_shown.relative_to(ROOT) if seed_shown.is_relative_to(ROOT) else seed_shown
+    meta = {"task": task.name, "seed_kernel": str(seed_shown), "scenarios": args.scenarios,
+            "speed_reference": args.speed_reference, "trials": args.trials,
             "rounds": args.rounds, "fixed": fixed, "knobs": names, "space": len(combos),
             "finished_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores)",
