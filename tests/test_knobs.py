@@ -7,6 +7,7 @@ import pytest
 from evokernel.harness import get_task
 from evokernel.mutations import Context, Parent, ProposalFailed, operators
 from evokernel.mutations.knobs import KnobCrossover, KnobError, KnobMutation, knob_values, parse_knobs, set_knobs
+from evokernel.store import normalized_hash
 
 SOURCE = """#include "x.h"
 #define BLOCK 4      // @knob 1,2,4,8
@@ -96,3 +97,47 @@ def test_knob_operators_are_registered():
     registered = operators()
     assert registered["knob-mutation"].factory is KnobMutation and registered["knob-crossover"].factory is KnobCrossover
     assert not registered["knob-mutation"].uses_llm and registered["knob-mutation"].default_weight == 1.0
+
+
+class KnownSources:
+    """A stand-in for the run's store: which normalized hashes the run already holds."""
+
+    def __init__(self, sources: list[str]) -> None:
+        self.hashes = {normalized_hash(s) for s in sources}
+
+    def find_duplicate(self, normalized: str) -> object | None:
+        return object() if normalized in self.hashes else None
+
+
+def known_context(seed: int, sources: list[str]) -> Context:
+    return Context(rng=random.Random(seed), task_name="attention-fwd-cpu", language="c", store=KnownSources(sources))
+
+
+def test_mutation_proposes_only_one_knob_changes_the_run_does_not_hold():
+    parent = Parent(id=1, source=SOURCE, fitness=1.0)
+    held = [set_knobs(SOURCE, {"BLOCK": b}) for b in ("1", "2")] + [SOURCE]
+    for seed in range(20):
+        values = knob_values(KnobMutation()([parent], known_context(seed, held)).source)
+        assert values in ({"BLOCK": "8", "UNROLL": "0"}, {"BLOCK": "4", "UNROLL": "1"})
+
+
+def test_mutation_changes_two_knobs_once_every_one_knob_change_is_held_and_fails_when_all_are():
+    parent = Parent(id=1, source=SOURCE, fitness=1.0)
+    one_knob = [set_knobs(SOURCE, {"BLOCK": b}) for b in ("1", "2", "8")] + [set_knobs(SOURCE, {"UNROLL": "1"})]
+    child = KnobMutation()([parent], known_context(0, [SOURCE, *one_knob]))
+    values = knob_values(child.source)
+    assert values["UNROLL"] == "1" and values["BLOCK"] != "4" and child.knobs == values
+    everything = [set_knobs(SOURCE, {"BLOCK": b, "UNROLL": u}) for b in ("1", "2", "4", "8") for u in ("0", "1")]
+    with pytest.raises(ProposalFailed, match="already known"):
+        KnobMutation()([parent], known_context(0, everything))
+
+
+def test_crossover_skips_children_the_run_holds():
+    first = Parent(id=1, source=SOURCE, fitness=1.0)
+    second = Parent(id=2, source=set_knobs(SOURCE, {"BLOCK": "1", "UNROLL": "1"}), fitness=1.0)
+    held = [set_knobs(SOURCE, {"BLOCK": "4", "UNROLL": "1"})]
+    for seed in range(10):
+        child = KnobCrossover()([first, second], known_context(seed, held))
+        assert knob_values(child.source) == {"BLOCK": "1", "UNROLL": "0"}
+    with pytest.raises(ProposalFailed, match="no unknown child"):
+        KnobCrossover()([first, second], known_context(0, held + [set_knobs(SOURCE, {"BLOCK": "1"})]))

@@ -2,19 +2,27 @@
 
 A knob is a line `#define NAME VALUE  // @knob v1,v2,v3`: VALUE must be one of the listed values.
 Knob mutation changes one knob to another allowed value; knob crossover takes each knob's value
-from either parent (uniform crossover) and applies the result to the first parent's source."""
+from either parent (uniform crossover) and applies the result to the first parent's source.
+
+Both skip children the run has already seen (the store's normalized hashes), because the search drops
+those without evaluating them: on a small knob space most draws were such duplicates, and a run stopped
+after 200 of them in a row with much of the space unexplored. Mutation changes more knobs at once only
+when every one-knob change of the parent has been seen."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, register
+from evokernel.store import normalized_hash
 
 KNOB_LINE = re.compile(r"^(?P<head>[ \t]*#[ \t]*define[ \t]+(?P<name>[A-Za-z_]\w*)[ \t]+)(?P<value>[^\s/]+)"
                        r"(?P<tail>[ \t]*//[ \t]*@knob\b[ \t]*(?P<values>[^\n]*))$", re.MULTILINE)
 KNOB_MARK = re.compile(r"//[ \t]*@knob\b")
-CROSSOVER_DRAWS = 8  # redraws to get a child that differs from both parents
+CROSSOVER_DRAWS = 32  # draws to get a child that differs from both parents and is not yet known
+FARTHER_DRAWS = 32  # random variants tried per number of changed knobs, once every one-knob change is known
 
 
 class KnobError(ValueError):
@@ -108,11 +116,41 @@ class KnobMutation(_KnobOperator):
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         parent = parents[0]
         knobs = _parent_knobs(parent)
-        knob = knobs[context.rng.choice([name for name, k in knobs.items() if len(k.values) > 1])]
-        value = context.rng.choice([v for v in knob.values if v != knob.value])
-        child = {name: k.value for name, k in knobs.items()} | {knob.name: value}
-        return Proposal(source=set_knobs(parent.source, {knob.name: value}), operator=self.name,
-                        parent_ids=[parent.id], knobs=child)
+        for change in _one_knob_changes(knobs, context.rng):
+            source = set_knobs(parent.source, change)
+            if not _known(source, context):
+                return self._proposal(parent, knobs, change, source)
+        tunable = [name for name, k in knobs.items() if len(k.values) > 1]
+        for count in range(2, len(tunable) + 1):
+            for _ in range(FARTHER_DRAWS):
+                change = {name: context.rng.choice([v for v in knobs[name].values if v != knobs[name].value])
+                          for name in context.rng.sample(tunable, count)}
+                source = set_knobs(parent.source, change)
+                if not _known(source, context):
+                    return self._proposal(parent, knobs, change, source)
+        raise ProposalFailed(f"every knob variant of {parent.id} that was drawn is already known")
+
+    def _proposal(self, parent: Parent, knobs: dict[str, Knob], change: dict[str, str], source: str) -> Proposal:
+        child = {name: k.value for name, k in knobs.items()} | change
+        return Proposal(source=source, operator=self.name, parent_ids=[parent.id], knobs=child)
+
+
+def _one_knob_changes(knobs: dict[str, Knob], rng) -> Iterator[dict[str, str]]:
+    """Every one-knob change, in random order: each drawn as a knob, then one of its other values (the
+    first draw is the plain mutation's), without repeats."""
+    remaining = {name: [v for v in k.values if v != k.value] for name, k in knobs.items() if len(k.values) > 1}
+    while remaining:
+        name = rng.choice(list(remaining))
+        value = rng.choice(remaining[name])
+        remaining[name].remove(value)
+        if not remaining[name]:
+            del remaining[name]
+        yield {name: value}
+
+
+def _known(source: str, context: Context) -> bool:
+    """Whether the run already holds this kernel (proposed or evaluated); without a store nothing is known."""
+    return context.store is not None and context.store.find_duplicate(normalized_hash(source)) is not None
 
 
 @register(default_weight=0.5)
@@ -131,13 +169,14 @@ class KnobCrossover(_KnobOperator):
                                  f"({','.join(sorted(a))} vs {','.join(sorted(b))})")
         if a == b:
             raise ProposalFailed(f"parents {first.id} and {second.id} have the same knob values")
-        child = a
         for _ in range(CROSSOVER_DRAWS):
             child = {name: (a if context.rng.random() < 0.5 else b)[name] for name in a}
-            if child not in (a, b):
-                break
-        try:
-            source = set_knobs(first.source, child)
-        except KnobError as exc:  # the second parent uses a value the first does not allow
-            raise ProposalFailed(f"crossover of {first.id} and {second.id}: {exc}") from None
-        return Proposal(source=source, operator=self.name, parent_ids=[first.id, second.id], knobs=child)
+            if child in (a, b):
+                continue
+            try:
+                source = set_knobs(first.source, child)
+            except KnobError as exc:  # the second parent uses a value the first does not allow
+                raise ProposalFailed(f"crossover of {first.id} and {second.id}: {exc}") from None
+            if not _known(source, context):
+                return Proposal(source=source, operator=self.name, parent_ids=[first.id, second.id], knobs=child)
+        raise ProposalFailed(f"crossover of {first.id} and {second.id}: no unknown child in {CROSSOVER_DRAWS} draws")
