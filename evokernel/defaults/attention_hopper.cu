@@ -53,7 +53,7 @@
 #define CAUSAL_LONGEST_FIRST 1  // @knob 0,1
 // Causal: a consumer warpgroup stops at its own last visible key tile instead of the block's (it
 // still releases the later tiles' buffers), 0 = every warpgroup computes every tile of the block.
-#define SKIP_MASKED_TILES 1  // @knob 0,1
+#define SKIP_MASKED_TILES 0  // @knob 0,1
 // Query lengths below this use the mma.sync fallback (decode-like shapes).
 #define MIN_SEQLEN_Q_WGMMA 64  // @knob 1,16,64,128
 // Most key splits of the fallback when its query blocks leave multiprocessors idle (1 = no split).
