@@ -121,15 +121,15 @@ def test_mutation_proposes_only_one_knob_changes_the_run_does_not_hold():
         assert values in ({"BLOCK": "8", "UNROLL": "0"}, {"BLOCK": "4", "UNROLL": "1"})
 
 
-def test_mutation_changes_two_knobs_once_every_one_knob_change_is_held_and_fails_when_all_are():
+def test_mutation_changes_two_knobs_once_every_one_knob_change_is_held_and_repeats_one_when_all_are():
     parent = Parent(id=1, source=SOURCE, fitness=1.0)
     one_knob = [set_knobs(SOURCE, {"BLOCK": b}) for b in ("1", "2", "8")] + [set_knobs(SOURCE, {"UNROLL": "1"})]
     child = KnobMutation()([parent], known_context(0, [SOURCE, *one_knob]))
     values = knob_values(child.source)
     assert values["UNROLL"] == "1" and values["BLOCK"] != "4" and child.knobs == values
     everything = [set_knobs(SOURCE, {"BLOCK": b, "UNROLL": u}) for b in ("1", "2", "4", "8") for u in ("0", "1")]
-    with pytest.raises(ProposalFailed, match="already known"):
-        KnobMutation()([parent], known_context(0, everything))
+    repeated = KnobMutation()([parent], known_context(0, everything))  # the search drops it as a duplicate
+    assert repeated.source in everything and repeated.source != SOURCE
 
 
 def test_crossover_skips_children_the_run_holds():
@@ -139,5 +139,5 @@ def test_crossover_skips_children_the_run_holds():
     for seed in range(10):
         child = KnobCrossover()([first, second], known_context(seed, held))
         assert knob_values(child.source) == {"BLOCK": "1", "UNROLL": "0"}
-    with pytest.raises(ProposalFailed, match="no unknown child"):
-        KnobCrossover()([first, second], known_context(0, held + [set_knobs(SOURCE, {"BLOCK": "1"})]))
+    both = held + [set_knobs(SOURCE, {"BLOCK": "1"})]
+    assert KnobCrossover()([first, second], known_context(0, both)).source in both + [first.source, second.source]

@@ -7,10 +7,12 @@ from either parent (uniform crossover) and applies the result to the first paren
 Both skip children the run has already seen (the store's normalized hashes), because the search drops
 those without evaluating them: on a small knob space most draws were such duplicates, and a run stopped
 after 200 of them in a row with much of the space unexplored. Mutation changes more knobs at once only
-when every one-knob change of the parent has been seen."""
+when every one-knob change of the parent has been seen. When every draw is known, the operator returns
+the last one, and the search counts it as the duplicate it is."""
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,7 +110,7 @@ class _KnobOperator:
 
 @register(default_weight=1.0)
 class KnobMutation(_KnobOperator):
-    """Change one knob of the parent to another allowed value."""
+    """Change one knob of the parent to another allowed value (more knobs once every one-knob change is known)."""
 
     name = "knob-mutation"
     arity = 1
@@ -116,26 +118,29 @@ class KnobMutation(_KnobOperator):
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         parent = parents[0]
         knobs = _parent_knobs(parent)
-        for change in _one_knob_changes(knobs, context.rng):
+        change: dict[str, str] = {}
+        for change in self._changes(knobs, context.rng):
             source = set_knobs(parent.source, change)
             if not _known(source, context):
-                return self._proposal(parent, knobs, change, source)
+                break
+        return self._proposal(parent, knobs, change, source)
+
+    @staticmethod
+    def _changes(knobs: dict[str, Knob], rng: random.Random) -> Iterator[dict[str, str]]:
+        """Every one-knob change in random order, then `FARTHER_DRAWS` random changes of 2, 3, ... knobs."""
+        yield from _one_knob_changes(knobs, rng)
         tunable = [name for name, k in knobs.items() if len(k.values) > 1]
         for count in range(2, len(tunable) + 1):
             for _ in range(FARTHER_DRAWS):
-                change = {name: context.rng.choice([v for v in knobs[name].values if v != knobs[name].value])
-                          for name in context.rng.sample(tunable, count)}
-                source = set_knobs(parent.source, change)
-                if not _known(source, context):
-                    return self._proposal(parent, knobs, change, source)
-        raise ProposalFailed(f"every knob variant of {parent.id} that was drawn is already known")
+                yield {name: rng.choice([v for v in knobs[name].values if v != knobs[name].value])
+                       for name in rng.sample(tunable, count)}
 
     def _proposal(self, parent: Parent, knobs: dict[str, Knob], change: dict[str, str], source: str) -> Proposal:
         child = {name: k.value for name, k in knobs.items()} | change
         return Proposal(source=source, operator=self.name, parent_ids=[parent.id], knobs=child)
 
 
-def _one_knob_changes(knobs: dict[str, Knob], rng) -> Iterator[dict[str, str]]:
+def _one_knob_changes(knobs: dict[str, Knob], rng: random.Random) -> Iterator[dict[str, str]]:
     """Every one-knob change, in random order: each drawn as a knob, then one of its other values (the
     first draw is the plain mutation's), without repeats."""
     remaining = {name: [v for v in k.values if v != k.value] for name, k in knobs.items() if len(k.values) > 1}
@@ -169,14 +174,17 @@ class KnobCrossover(_KnobOperator):
                                  f"({','.join(sorted(a))} vs {','.join(sorted(b))})")
         if a == b:
             raise ProposalFailed(f"parents {first.id} and {second.id} have the same knob values")
-        for _ in range(CROSSOVER_DRAWS):
+        child = a
+        for _ in range(CROSSOVER_DRAWS):  # a child that differs from both parents and is not known
             child = {name: (a if context.rng.random() < 0.5 else b)[name] for name in a}
-            if child in (a, b):
-                continue
-            try:
-                source = set_knobs(first.source, child)
-            except KnobError as exc:  # the second parent uses a value the first does not allow
-                raise ProposalFailed(f"crossover of {first.id} and {second.id}: {exc}") from None
-            if not _known(source, context):
-                return Proposal(source=source, operator=self.name, parent_ids=[first.id, second.id], knobs=child)
-        raise ProposalFailed(f"crossover of {first.id} and {second.id}: no unknown child in {CROSSOVER_DRAWS} draws")
+            if child not in (a, b) and not _known(self._source(first, second, child), context):
+                break
+        return Proposal(source=self._source(first, second, child), operator=self.name,
+                        parent_ids=[first.id, second.id], knobs=child)
+
+    @staticmethod
+    def _source(first: Parent, second: Parent, child: dict[str, str]) -> str:
+        try:
+            return set_knobs(first.source, child)
+        except KnobError as exc:  # the second parent uses a value the first does not allow
+            raise ProposalFailed(f"crossover of {first.id} and {second.id}: {exc}") from None
