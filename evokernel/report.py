@@ -105,7 +105,8 @@ def chart_data(run: Lineage, top: list[Individual], graph_ids: set[int]) -> dict
 def questions_html(run: Lineage) -> str:
     stats = question_stats(run)
     rows = [[_e(r.question_id), str(r.asked), str(r.correct), str(r.improved), _pct(r.mean_gain), _pct(r.best_gain),
-             _e(r.text or "(text not in the bank or the run)")] for r in stats.itertuples()]
+             _e((r.text or "(text not in the bank or the run)") + run.question_note(r.question_id))]
+            for r in stats.itertuples()]
     return _table(["question", "asked", "correct", "improved", "mean gain", "best gain", "text"], rows, {0, 6},
                   "no question was asked in this run")
 
@@ -174,7 +175,8 @@ def kernel_html(run: Lineage, ind: Individual, rank: int | None) -> str:
              '<p class="note">' + " · ".join(facts) + "</p>"]
     text = run.question_text(ind.question_id)
     if ind.question_id:
-        parts.append(f"<p><b>Question {_e(ind.question_id)}:</b> {_e(text or '(text not in the bank or the run)')}</p>")
+        parts.append(f"<p><b>Question {_e(ind.question_id)}{_e(run.question_note(ind.question_id))}:</b> "
+                     f"{_e(text or '(text not in the bank or the run)')}</p>")
     if ind.knobs:
         parts.append(f'<p class="note">knobs: {_e(json.dumps(ind.knobs, sort_keys=True))}</p>')
     if ind.failure:

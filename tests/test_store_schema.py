@@ -1,6 +1,6 @@
 """The store's schema version: runs written before versions were recorded (version 0) and runs of this
 version open in every reader unchanged and in `--resume`; a writer migrates an older database in place,
-one step per version; a schema change is one more step (tested here with a synthetic version 2)."""
+one step per version; a schema change is one more step (tested here with a synthetic next version)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from test_lineage_fixture import make_run
 
 READERS = [["runs", "."], ["lineage", "run"], ["lineage", "run", "--tree"], ["show", "run", "3"],
            ["diff", "run", "1", "3"], ["report", "run", "-o", "report.html"], ["export", "run", "-o", "tables"],
-           ["bank", "stats", "run"], ["bank", "review", "run"]]
+           ["bank", "stats", "run"], ["bank", "review", "run"], ["ask", "run", "--list"]]
 
 
 def version(run_dir: Path) -> int:
@@ -35,9 +35,10 @@ def llm_call_columns(run_dir: Path) -> set[str]:
 
 
 def as_before_versions(run_dir: Path) -> None:
-    """Make a run look as the releases before the schema version wrote it: user_version 0, and llm_calls
-    without the columns added later (`reason`, `question_key`)."""
+    """Make a run look as the releases before the schema version wrote it: user_version 0, llm_calls
+    without the columns added later (`reason`, `question_key`), no table of questions people asked."""
     with sqlite3.connect(run_dir / DB_NAME) as db:
+        db.execute("DROP TABLE human_questions")
         db.execute("ALTER TABLE llm_calls DROP COLUMN reason")
         db.execute("ALTER TABLE llm_calls DROP COLUMN question_key")
         db.execute("PRAGMA user_version = 0")
@@ -62,7 +63,7 @@ def test_every_reader_opens_an_older_or_equal_version_and_writes_nothing(tmp_pat
         assert result.exit_code == 0, (args, result.output)
     assert digest(tmp_path / "run") == before and version(tmp_path / "run") == (0 if old else SCHEMA_VERSION)
     with Lineage(tmp_path / "run") as run:
-        assert run.store.schema_version == SCHEMA_VERSION and run.store.llm_failures()
+        assert run.store.schema_version == (1 if old else SCHEMA_VERSION) and run.store.llm_failures()
 
 
 def test_a_writer_migrates_a_run_written_before_versions_were_recorded(tmp_path):
@@ -98,17 +99,20 @@ def test_resume_finishes_a_run_written_before_versions_were_recorded(tmp_path, l
         assert len(run.evaluated()) == 2
 
 
+NEXT = SCHEMA_VERSION + 1
+
+
 @pytest.fixture
-def version_2(monkeypatch) -> list[int]:
-    """A synthetic schema change: version 2 adds individuals.note. Returns one entry per run of its step."""
+def next_version(monkeypatch) -> list[int]:
+    """A synthetic schema change: version NEXT adds individuals.note. Returns one entry per run of its step."""
     calls: list[int] = []
 
     def add_note(db: sqlite3.Connection) -> None:
         calls.append(1)
         db.execute("ALTER TABLE individuals ADD COLUMN note TEXT")
 
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(schema.MIGRATIONS, 2, add_note)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", NEXT)
+    monkeypatch.setitem(schema.MIGRATIONS, NEXT, add_note)
     return calls
 
 
@@ -119,30 +123,30 @@ def individual_columns(run_dir: Path) -> set[str]:
 
 def test_a_schema_change_migrates_runs_of_the_version_before_when_a_writer_opens_them(tmp_path, monkeypatch,
                                                                                        request):
-    make_run(tmp_path / "v1")
+    make_run(tmp_path / "now")
     make_run(tmp_path / "v0")
     as_before_versions(tmp_path / "v0")
-    calls = request.getfixturevalue("version_2")
+    calls = request.getfixturevalue("next_version")
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["lineage", "v1"])  # readers accept the older version and leave it
+    result = CliRunner().invoke(main, ["lineage", "now"])  # readers accept the older version and leave it
     assert result.exit_code == 0, result.output
-    assert version(tmp_path / "v1") == 1 and not calls
-    with Store(tmp_path / "v1") as store:
-        assert store.schema_version == 2 and store.count() == 8
-    assert version(tmp_path / "v1") == 2 and "note" in individual_columns(tmp_path / "v1") and len(calls) == 1
-    with Store(tmp_path / "v1"):  # migrated once
+    assert version(tmp_path / "now") == SCHEMA_VERSION and not calls
+    with Store(tmp_path / "now") as store:
+        assert store.schema_version == NEXT and store.count() == 8
+    assert version(tmp_path / "now") == NEXT and "note" in individual_columns(tmp_path / "now") and len(calls) == 1
+    with Store(tmp_path / "now"):  # migrated once
         pass
     assert len(calls) == 1
     with Store(tmp_path / "v0"):  # every step, in order
         pass
-    assert version(tmp_path / "v0") == 2 and "reason" in llm_call_columns(tmp_path / "v0")
+    assert version(tmp_path / "v0") == NEXT and "reason" in llm_call_columns(tmp_path / "v0")
     assert "note" in individual_columns(tmp_path / "v0")
 
 
-def test_a_new_database_is_made_at_the_current_version_without_migrating(tmp_path, version_2):
+def test_a_new_database_is_made_at_the_current_version_without_migrating(tmp_path, next_version):
     with Store(tmp_path / "new", create=True) as store:
-        assert store.schema_version == 2
-    assert not version_2 and version(tmp_path / "new") == 2
+        assert store.schema_version == NEXT
+    assert not next_version and version(tmp_path / "new") == NEXT
 
 
 def test_a_failed_migration_step_leaves_the_run_at_its_version(tmp_path, monkeypatch):
@@ -152,8 +156,8 @@ def test_a_failed_migration_step_leaves_the_run_at_its_version(tmp_path, monkeyp
         db.execute("ALTER TABLE individuals ADD COLUMN note TEXT")
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(schema.MIGRATIONS, 2, full_disk)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", NEXT)
+    monkeypatch.setitem(schema.MIGRATIONS, NEXT, full_disk)
     with pytest.raises(BadInput, match=r"cannot write .*lineage.db: database or disk is full"):
         Store(tmp_path / "run")
-    assert version(tmp_path / "run") == 1 and "note" not in individual_columns(tmp_path / "run")
+    assert version(tmp_path / "run") == SCHEMA_VERSION and "note" not in individual_columns(tmp_path / "run")

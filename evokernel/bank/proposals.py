@@ -1,4 +1,5 @@
-"""Questions the LLM proposes after one of its children beat its parent.
+"""Questions the LLM proposes after one of its children beat its parent, and their review (which also offers
+the questions people asked whose children beat their parents, `evokernel.bank.human`).
 
 The prompt invites one new question in a tagged section (`PROPOSAL_FORMAT`); when the child turns
 out better than its parent the question is stored as `proposed` in the run, and it joins a bank
@@ -13,6 +14,7 @@ import re
 from pathlib import Path
 
 from evokernel.bank.admit import admit_question
+from evokernel.bank.human import reviewable_human_questions
 from evokernel.bank.lint import shape_problems
 from evokernel.bank.questions import LAYERS, TRIGGERS, load_bank, slug
 from evokernel.errors import BadInput, read_text
@@ -72,13 +74,19 @@ def review_status(rows: list[dict], bank_dir: Path | None) -> dict[str, str]:
             else row["status"] for row in rows}
 
 
+def reviewable_questions(store) -> list[dict]:
+    """The questions of a run offered for a bank: those the model proposed (`by` = 'model') and those a person
+    asked whose children beat their parents (`by` = 'person')."""
+    return [{**row, "by": "model"} for row in store.proposed_questions()] + reviewable_human_questions(store)
+
+
 def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None) -> Path:
-    """Accept (write to `bank_dir`, after the lint) or reject (list in `bank_dir`) a proposed question of a
-    run; returns the file written. The run itself is only read (`store` may be read-only)."""
-    rows = {row["id"]: row for row in store.proposed_questions()}
+    """Accept (write to `bank_dir`, after the lint) or reject (list in `bank_dir`) a question of the run
+    offered for review; returns the file written. The run itself is only read (`store` may be read-only)."""
+    rows = {row["id"]: row for row in reviewable_questions(store)}
     if question_id not in rows:
         known = ", ".join(rows) or "none"
-        raise BadInput(f"run {store.run_dir} has no proposed question '{question_id}' (proposed: {known})")
+        raise BadInput(f"run {store.run_dir} has no proposed question '{question_id}' (offered for review: {known})")
     row = rows[question_id]
     if bank_dir is None:
         raise BadInput(f"--{'accept' if accept else 'reject'} {question_id}: give --bank DIR, the user bank "
@@ -87,7 +95,9 @@ def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None
     rejected = rejected_ids(bank_dir)
     if accept:
         layers = [layer for layer in row["layers"] if layer in LAYERS]
-        notes = f"proposed in run {Path(store.run_dir).name} after individual {row['from_individual']}"
+        notes = (f"proposed in run {Path(store.run_dir).name} after individual {row['from_individual']}"
+                 if row["by"] == "model" else f"asked by a person in run {Path(store.run_dir).name}; child "
+                                              f"{row['from_individual']} beat its parent")
         path = admit_question(bank_dir, row["text"], row["triggers"], layers, question_id, notes=notes)
         rejected.discard(question_id)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evokernel.errors import BadInput, read_yaml
-from evokernel.store import Store, open_readonly
+from evokernel.store import Outcome, Store, open_readonly
 
 
 def configured_question_texts(run_dirs: list[Path]) -> dict[str, str]:
@@ -41,10 +41,15 @@ def outcome_counts(store: Store) -> dict[str, tuple[int, int]]:
             continue
         entry = counts.setdefault(child.question_id, [0, 0])
         entry[0] += 1
-        known = [fitness[p] for p in child.parent_ids if fitness.get(p) is not None]
-        if child.status == "correct" and child.fitness is not None and known and child.fitness > max(known):
-            entry[1] += 1
+        entry[1] += beats_parents(child, fitness)
     return {q: (asked, wins) for q, (asked, wins) in counts.items()}
+
+
+def beats_parents(child: Outcome, fitness: dict[int, float | None]) -> bool:
+    """Whether a child is correct and faster than the best of its parents whose fitness is known (`fitness`:
+    every kernel's, by id)."""
+    known = [fitness[p] for p in child.parent_ids if fitness.get(p) is not None]
+    return child.status == "correct" and child.fitness is not None and bool(known) and child.fitness > max(known)
 
 
 def prior_from_runs(run_dirs: list[Path]) -> dict[str, tuple[int, int]]:

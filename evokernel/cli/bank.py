@@ -115,14 +115,15 @@ def bank_stats(runs: tuple[str, ...], as_json: bool) -> None:
 
 @bank.command("review")
 @click.argument("run")
-@click.option("--accept", "accept", multiple=True, help="Accept a proposed question (repeatable; needs --bank).")
-@click.option("--reject", "reject", multiple=True, help="Reject a proposed question (repeatable; needs --bank).")
+@click.option("--accept", "accept", multiple=True, help="Accept a question offered (repeatable; needs --bank).")
+@click.option("--reject", "reject", multiple=True, help="Reject a question offered (repeatable; needs --bank).")
 @click.option("--bank", "bank_dir", type=click.Path(path_type=Path),
               help="User bank directory: accepted questions go there, rejections are listed there.")
 def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank_dir: Path | None) -> None:
-    """Show the questions the LLM proposed in RUN; accept or reject them into --bank (the run is only read)."""
+    """Show the questions RUN offers for a bank (those the LLM proposed, and those people asked with
+    `evokernel ask` whose children beat their parents); accept or reject them into --bank (the run is only read)."""
     from evokernel.bank import review_proposed
-    from evokernel.bank.proposals import review_status
+    from evokernel.bank.proposals import review_status, reviewable_questions
     from evokernel.output import Column, print_table
     from evokernel.store import open_readonly, resolve_run
 
@@ -134,12 +135,12 @@ def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank
         for question_id in reject:
             path = review_proposed(store, question_id, False, bank_dir)
             console.print(f"rejected [bold]{question_id}[/] (listed in {path})", soft_wrap=True)
-        rows = store.proposed_questions()
+        rows = reviewable_questions(store)
     if not rows:
-        console.print(f"no questions proposed in {run_dir.name}")
+        console.print(f"no questions to review in {run_dir.name}")
         return
     status = review_status(rows, bank_dir)
-    print_table(console, [Column("id", no_wrap=True), "status", "after kernel", "triggers", "layers", "text"],
-                [[row["id"], status[row["id"]], str(row["from_individual"] or "-"), ", ".join(row["triggers"]),
-                  ", ".join(row["layers"]), row["text"]] for row in rows],
-                title=f"questions proposed in {run_dir.name}")
+    print_table(console, [Column("id", no_wrap=True), "status", "by", "after kernel", "triggers", "layers", "text"],
+                [[row["id"], status[row["id"]], row["by"], str(row["from_individual"] or "-"),
+                  ", ".join(row["triggers"]), ", ".join(row["layers"]), row["text"]] for row in rows],
+                title=f"questions offered for review in {run_dir.name}")

@@ -136,7 +136,7 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
             for step in steps:
                 ind, parent = step.individual, step.parent
                 question = (f"[magenta]{escape(ind.question_id)}[/] \"{escape(step.question_text or '?')}\""
-                            if ind.question_id else "[dim]no question[/]")
+                            f"{lin.question_note(ind.question_id)}" if ind.question_id else "[dim]no question[/]")
                 before = fmt(parent.fitness) if parent else "-"
                 after = fmt(ind.fitness) if ind.status == "correct" else f"[red]{ind.status}[/]"
                 others = f" (+ {', '.join(f'#{p}' for p in step.other_parents)})" if step.other_parents else ""
@@ -155,7 +155,7 @@ def _step_json(lin, step) -> dict:
     ind, parent = step.individual, step.parent
     return {"id": ind.id, "operator": ind.operator, "parent": parent.id if parent else None,
             "other_parents": step.other_parents, "question_id": ind.question_id, "question_text": step.question_text,
-            "trigger": ind.trigger, "model": ind.model, "status": ind.status, "fitness": ind.fitness,
+            "asked_by_person": lin.asked_by_person(ind.question_id), "trigger": ind.trigger, "model": ind.model, "status": ind.status, "fitness": ind.fitness,
             "parent_fitness": parent.fitness if parent else None,
             "gain": _ratio(parent.fitness if parent else None, ind.fitness if ind.status == "correct" else None),
             "wins": step.wins, "losses": step.losses, "ties": step.ties, "failure": lin.failure(ind.id)}
@@ -245,7 +245,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
                 "run": lin.name, "id": ind.id, "operator": ind.operator, "parent_ids": ind.parent_ids,
                 "generation": ind.generation, "model": ind.model, "trigger": ind.trigger,
                 "question_id": ind.question_id, "question_text": lin.question_text(ind.question_id),
-                "knobs": ind.knobs, "status": ind.status, "fitness": ind.fitness,
+                "asked_by_person": lin.asked_by_person(ind.question_id), "knobs": ind.knobs, "status": ind.status, "fitness": ind.fitness,
                 "gain": _ratio(parents[0].fitness if parents else None,
                                ind.fitness if ind.status == "correct" else None),
                 "failure": lin.failure(ind.id), "source_file": lin.source_name(ind.id), "source": lin.source(ind.id),
@@ -263,7 +263,8 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
                       f"{escape(lin.source_name(ind.id))}", soft_wrap=True)
         if ind.question_id:
             text = lin.question_text(ind.question_id) or "(text not in the bank or the run)"
-            console.print(f"question [magenta]{escape(ind.question_id)}[/]: {escape(text)}", soft_wrap=True)
+            console.print(f"question [magenta]{escape(ind.question_id)}[/]{lin.question_note(ind.question_id)}: "
+                          f"{escape(text)}", soft_wrap=True)
         if ind.knobs:
             console.print(f"knobs: {escape(json.dumps(ind.knobs, sort_keys=True))}", soft_wrap=True)
         language = "cuda" if ind.language == "cuda" else "c"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evokernel.errors import BadInput
 from evokernel.lineage.compare import ScenarioDelta, compare_scenarios
-from evokernel.store import DEFAULT_RUNS, Individual, open_readonly, resolve_run
+from evokernel.store import DEFAULT_RUNS, HumanQuestion, Individual, open_readonly, resolve_run
 
 
 def _built_in_question_text(question_id: str) -> str | None:
@@ -157,7 +157,21 @@ class Lineage:
 
     @cached_property
     def _question_texts(self) -> dict[str, str | None]:
-        return {q["id"]: q["text"] for q in self.store.proposed_questions()}
+        return {**{q["id"]: q["text"] for q in self.store.proposed_questions()},
+                **{q.question_id: q.text for q in self.human_questions}}
+
+    @cached_property
+    def human_questions(self) -> list[HumanQuestion]:
+        """The questions people asked the run (`evokernel ask`) that its driver received, oldest first."""
+        return self.store.human_questions()
+
+    def asked_by_person(self, question_id: str | None) -> bool:
+        """Whether a question was asked by a person (`evokernel ask`) rather than drawn from the bank."""
+        return any(q.question_id == question_id for q in self.human_questions)
+
+    def question_note(self, question_id: str | None) -> str:
+        """What follows a question's id or text where it is shown: who asked it, when a person did."""
+        return " (asked by a person)" if self.asked_by_person(question_id) else ""
 
     def llm_call(self, individual_id: int) -> dict | None:
         call_id = self.get(individual_id).llm_call_id

@@ -63,6 +63,7 @@ class Context:
     trigger: str = "default"  # the active question trigger
     store: Any = None  # evokernel.store.Store, for recording LLM calls
     services: dict[str, Any] = field(default_factory=dict)  # shared clients (LLM, bank policy)
+    question: Any = None  # a bank Question to ask instead of one the policy chooses (a person's, `evokernel ask`)
 
 
 class Operator(Protocol):

@@ -23,6 +23,7 @@ WHY_NOW = {
                        "find what could make the measurement or the result wrong.",
     "repair": "This kernel failed the harness (it did not build or gave wrong results).",
     "crossover": "Two kernels follow; each is better than the other somewhere.",
+    "human": "A person watching this search asks this question about this kernel.",
 }
 
 

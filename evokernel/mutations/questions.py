@@ -68,7 +68,7 @@ class _QuestionOperator:
 
     def _question(self, trigger: str, context: Context) -> Question:
         _, policy = self._services(context)
-        return policy.choose(trigger, context.rng, context.store)
+        return context.question or policy.choose(trigger, context.rng, context.store)
 
 
 @register(default_weight=2.0)

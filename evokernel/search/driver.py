@@ -23,19 +23,21 @@ from typing import Callable
 from deap import base
 
 from evokernel.bank import TriggerMonitor, needs_recheck, recheck_options
+from evokernel.bank.human import HUMAN_TRIGGER
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
 from evokernel.harness import CheckOptions, Task, get_task
-from evokernel.mutations import Operator, Proposal, ProposalFailed, llm_operator_names
+from evokernel.mutations import Operator, Parent, Proposal, ProposalFailed, llm_operator_names, operators
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
 from evokernel.search.budget import end_reason, time_or_money_spent
+from evokernel.search.human import HumanQuestions, describe_target
 from evokernel.search.proposals import Job, OperatorContexts, configured_operators, operator_services, parent_view
 from evokernel.search import retime
 from evokernel.search.interrupts import interrupt, signals_deferred
 from evokernel.search.stats import SearchResult, SearchStats, failure_kind
-from evokernel.store import Individual, normalized_hash
+from evokernel.store import HumanQuestion, Individual, normalized_hash
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
@@ -86,6 +88,11 @@ class Search:
             runs.release_run(self.lock, self.store)
             raise
         self.contexts = OperatorContexts(self.store, self.task, self.services)
+        self.human = HumanQuestions(self.run_dir, self.store, self.notify)
+        # asks people's questions; None when this session has no question operators (no model)
+        self.human_operator: Operator | None = (
+            (self.ops.get("question-mutation") or operators()["question-mutation"].factory(config))
+            if self.services else None)
         self.rng = random.Random(f"{config.random_seed}:{self.session.index}")
         random.seed(f"{config.random_seed}:{self.session.index}:deap")  # DEAP's selection draws from `random`
         self.population = Population(
@@ -137,12 +144,16 @@ class Search:
             if row.operator == "seed" and row.status == "correct" and self.stats.seed_id is None:
                 self.stats.seed_id, self.stats.seed_fitness = row.id, row.fitness
         self.stats.evaluations = sum(1 for row in earlier if row.status in ("correct", "rejected"))
+        self.human.restore()
         if self.resume:
             self.notify(f"resuming {self.run_dir}: {self.stats.evaluations} evaluations done, "
                         f"{len(self.queue)} re-submitted, population {len(self.population)}")
 
     # -- proposals --------------------------------------------------------------------------------
     def _next_job(self, llm_room: bool) -> Job | None:
+        job = self._human_job() if llm_room else None
+        if job is not None:
+            return job
         if "repair" in self.ops and self.repairs and llm_room:
             failing = self.repairs.popleft()
             parent = parent_view(self.store, failing, self.store.source(failing))
@@ -159,8 +170,51 @@ class Search:
         return Job(name, [parent_view(self.store, p) for p in parents], island, 1 + max(p.generation for p in parents),
                     trigger)
 
+    def _human_job(self) -> Job | None:
+        """A person's question (`evokernel ask`) put to the model about its target, when one waits and its target
+        is there (the best kernel: once the population has one)."""
+        if self.human_operator is None:
+            self.human.tell_waiting("this session has no question operators (a model: --model or llm.models); "
+                                    "they are asked when the run is resumed with one")
+            return None
+        for request in self.human.waiting():
+            target = self._human_target(request)
+            if target is None:
+                continue
+            if isinstance(target, str):  # an asking that fails at once
+                self.human.started(request)
+                self.human.finished(request.id, {"failed": target})
+                continue
+            parent, island, generation = target
+            self.stats.last = f"asking {request.question_id} (asked by a person) about #{parent.id}"
+            return Job(self.human_operator.name, [parent], island, generation, HUMAN_TRIGGER,
+                       question=self.human.started(request), request_id=request.id)
+        return None
+
+    def _human_target(self, request: HumanQuestion) -> tuple[Parent, int | None, int] | str | None:
+        """(parent, island, generation) for a request's target; None while it is not there yet (no best kernel),
+        a reason when it never will be (a kernel the run lacks or rejected)."""
+        if request.target == "best":
+            best = self.population.best() if len(self.population) else None
+            if best is None:
+                return None
+            return parent_view(self.store, best), self.islands.get(best.id), best.generation + 1
+        try:
+            row = self.store.individual(int(request.target))
+        except BadInput as exc:
+            return str(exc)
+        if row.status in ("pending", "running"):
+            return None
+        if row.status != "correct":
+            return f"{describe_target(request.target)} was rejected: only a correct kernel is asked about"
+        return parent_view(self.store, row, self.store.source(row)), self.islands.get(row.id), row.generation + 1
+
     def _call(self, job: Job, seed: float) -> Proposal:
-        return getattr(self.toolbox, job.operator)(job.parents, self.contexts.make(seed, job.trigger))
+        operator = self.human_operator if job.question is not None else getattr(self.toolbox, job.operator)
+        return operator(job.parents, self.contexts.make(seed, job.trigger, job.question))
+
+    def _uses_llm(self, job: Job) -> bool:
+        return job.question is not None or self.ops[job.operator].uses_llm
 
     def _room(self) -> bool:
         """Whether another proposal may start: within budget and lookahead."""
@@ -187,18 +241,19 @@ class Search:
         return True
 
     def _start_proposals(self, executor: ThreadPoolExecutor) -> None:
+        self.human.poll()
         while self.stop_reason is None and self._room():
             if self.unproductive >= UNPRODUCTIVE_LIMIT:
                 self.stop_reason = (f"no new kernels: the last {self.unproductive} proposals were duplicates "
                                     "or failed")
                 return
-            llm_room = sum(1 for job in self.proposing.values() if self.ops[job.operator].uses_llm) \
+            llm_room = sum(1 for job in self.proposing.values() if self._uses_llm(job)) \
                 < self.config.llm.max_concurrent and not self._llm_stopped()
             job = self._next_job(llm_room)
             if job is None:
                 return
             seed = self.rng.random()
-            if self.ops[job.operator].uses_llm:
+            if self._uses_llm(job):
                 future = executor.submit(self._call, job, seed)
                 self.proposing[future] = job
                 future.add_done_callback(lambda _: self.proposal_done.set())
@@ -226,15 +281,25 @@ class Search:
             self.unproductive += 1
             self.stats.proposal_failures[job.operator] += 1
             self.stats.last = f"{job.operator} from {[p.id for p in job.parents]} failed: {outcome}"
+            self._answered(job, {"failed": str(outcome)})
             return
         if normalized_hash(outcome.source) in self.known:
             self.unproductive += 1
             self.stats.duplicates += 1
             if outcome.declared_limit:
                 self.monitor.declared_limit(outcome)
+            if job.request_id is not None:
+                self._answered(job, {"duplicate_of": self.store.find_duplicate(normalized_hash(outcome.source)).id})
             return
         self.unproductive = 0
-        self.proposals[self._store_child(outcome, job.island, job.generation)] = outcome
+        child_id = self._store_child(outcome, job.island, job.generation)
+        self.proposals[child_id] = outcome
+        self._answered(job, {"child": child_id})
+
+    def _answered(self, job: Job, outcome: dict) -> None:
+        """Record what asking a person's question produced (nothing to record for other jobs)."""
+        if job.request_id is not None:
+            self.human.finished(job.request_id, outcome)
 
     def _store_child(self, proposal: Proposal, island: int | None, generation: int) -> int:
         row = runs.individual_row(proposal, generation, self.task.language)

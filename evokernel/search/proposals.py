@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from evokernel.bank import Question
 from evokernel.config import RunConfig
 from evokernel.harness import Task
 from evokernel.mutations import Context, Operator, Parent, operators
@@ -27,6 +28,8 @@ class Job:
     island: int | None
     generation: int
     trigger: str = "default"
+    question: Question | None = None  # a person's question (`evokernel ask`); None: the operator chooses one
+    request_id: str | None = None  # the person's request it answers
 
 
 def configured_operators(config: RunConfig, notify: Callable[[str], None]) -> dict[str, tuple[Operator, float]]:
@@ -78,8 +81,9 @@ class OperatorContexts:
         self.store, self.task, self.services = store, task, services
         self._local = threading.local()
 
-    def make(self, seed: float, trigger: str) -> Context:
-        """A context for the calling thread, its random choices drawn from `seed`."""
+    def make(self, seed: float, trigger: str, question: Question | None = None) -> Context:
+        """A context for the calling thread, its random choices drawn from `seed` (`question`: one to ask
+        instead of the policy's choice)."""
         if threading.current_thread() is threading.main_thread():
             store = self.store
         else:
@@ -87,4 +91,4 @@ class OperatorContexts:
                 self._local.store = Store(self.store.run_dir)
             store = self._local.store
         return Context(rng=random.Random(seed), task_name=self.task.name, language=self.task.language,
-                       trigger=trigger, store=store, services=self.services)
+                       trigger=trigger, store=store, services=self.services, question=question)

@@ -5,18 +5,19 @@ Layout of a run directory:
     runs/<id>/sources/<sha>.cu  every kernel source, named by the hash of its text
     runs/<id>/config.yaml       the config the run was started with
     runs/<id>/driver.lock       held by the one driver that writes the run
+    runs/<id>/questions/        questions people asked (`evokernel ask`) that the driver has not taken yet
 Rows are written as results arrive (WAL mode), so a reader can inspect a live run.
 
 Modules: `schema` (tables, schema version and migrations, checks of a database file), `records` (rows as
 values, source hashes), `database` (`Store`: reads and writes), `runs` (finding and opening runs, the
-driver's lock). Their public names are importable from `evokernel.store`.
+driver's lock), `inbox` (the queue of questions people ask a run). Their public names are importable from `evokernel.store`.
 """
 
 from evokernel.store.database import Store
-from evokernel.store.records import STATUSES, Individual, LLMCall, Outcome, normalized_hash, source_hash
+from evokernel.store.records import STATUSES, HumanQuestion, Individual, LLMCall, Outcome, normalized_hash, source_hash
 from evokernel.store.runs import DEFAULT_RUNS, RunLock, iter_runs, open_readonly, resolve_run
 from evokernel.store.schema import DB_NAME, SCHEMA_VERSION, DamagedDatabase
 
-__all__ = ["DB_NAME", "DEFAULT_RUNS", "SCHEMA_VERSION", "STATUSES", "DamagedDatabase", "Individual", "LLMCall",
+__all__ = ["DB_NAME", "DEFAULT_RUNS", "SCHEMA_VERSION", "STATUSES", "DamagedDatabase", "HumanQuestion", "Individual", "LLMCall",
            "Outcome", "RunLock", "Store", "iter_runs", "normalized_hash", "open_readonly", "resolve_run",
            "source_hash"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.errors import BadInput
-from evokernel.store.records import STATUSES, Individual, LLMCall, Outcome
+from evokernel.store.records import STATUSES, HumanQuestion, Individual, LLMCall, Outcome
 from evokernel.store.schema import DB_NAME, check_contents, check_file, create_database, make_tables, migrate
 
 
@@ -221,6 +221,32 @@ class Store:
 
     def set_question_status(self, question_id: str, status: str) -> None:
         self.db.execute("UPDATE proposed_questions SET status = ? WHERE id = ?", (status, question_id))
+
+    # -- questions people asked (`evokernel ask`) -------------------------------------------------
+    def add_human_question(self, question: HumanQuestion) -> bool:
+        """Record a question the driver received; False when it was already recorded (received before a
+        crash that left its queue file behind)."""
+        data = asdict(question)
+        for name in HumanQuestion.JSON_FIELDS:
+            data[name] = json.dumps(data[name])
+        cursor = self.db.execute(f"INSERT OR IGNORE INTO human_questions ({', '.join(data)}) "
+                                 f"VALUES ({', '.join('?' * len(data))})", list(data.values()))
+        return cursor.rowcount == 1
+
+    def human_questions(self) -> list[HumanQuestion]:
+        """Received questions, oldest first (none in a run recorded before schema version 2)."""
+        if "human_questions" not in self.tables():
+            return []
+        return [HumanQuestion.from_row(row) for row in self.db.execute("SELECT * FROM human_questions "
+                                                                       "ORDER BY asked_at, id")]
+
+    def add_human_outcome(self, request_id: str, outcome: dict) -> None:
+        """What one asking of a human question produced (appended to its outcomes, in one statement)."""
+        self.db.execute("UPDATE human_questions SET outcomes = json_insert(outcomes, '$[#]', json(?)) WHERE id = ?",
+                        (json.dumps(outcome), request_id))
+
+    def tables(self) -> set[str]:
+        return {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 

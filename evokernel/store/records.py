@@ -97,3 +97,35 @@ class Outcome:
     status: str
     fitness: float | None
 
+
+
+@dataclass
+class HumanQuestion:
+    """A question a person put to a run (`evokernel ask`): queued as a file in RUN/questions/ by `ask`, then
+    a row of `human_questions` once the driver received it. `outcomes` has one entry per time it was asked:
+    {"child": id}, {"duplicate_of": id} (the answer repeated a known kernel) or {"failed": reason}."""
+
+    id: str  # of this request: one per `evokernel ask`
+    question_id: str  # what children's `question_id` says: the same text always gets the same id
+    text: str
+    target: str  # "best" (the best kernel when it is asked) or a kernel id
+    times: int
+    asked_at: float
+    asked_by: str | None = None
+    layers: list[str] = field(default_factory=list)
+    received_at: float | None = None  # when the driver took it from the queue
+    outcomes: list[dict] = field(default_factory=list)
+
+    JSON_FIELDS = ("layers", "outcomes")
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "HumanQuestion":
+        data = dict(row)
+        for name in cls.JSON_FIELDS:
+            data[name] = json.loads(data[name])
+        return cls(**data)
+
+    @property
+    def asked(self) -> int:
+        """Times it was put to the model so far."""
+        return len(self.outcomes)

@@ -17,8 +17,24 @@ from pathlib import Path
 from evokernel.errors import BadInput
 
 DB_NAME = "lineage.db"
-SCHEMA_VERSION = 1  # PRAGMA user_version; runs written before it was set read 0 and migrate to 1
+SCHEMA_VERSION = 2  # PRAGMA user_version; runs written before it was set read 0 and migrate to 1
 SQLITE_HEADER = b"SQLite format 3\x00"
+
+# Questions people put to a running search (`evokernel ask`), as the driver received them (version 2).
+HUMAN_QUESTIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS human_questions (
+    id TEXT PRIMARY KEY,
+    question_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    target TEXT NOT NULL,
+    times INTEGER NOT NULL,
+    layers TEXT NOT NULL DEFAULT '[]',
+    asked_at REAL NOT NULL,
+    asked_by TEXT,
+    received_at REAL,
+    outcomes TEXT NOT NULL DEFAULT '[]'
+);
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -91,8 +107,9 @@ CREATE TABLE IF NOT EXISTS proposed_questions (
     from_individual INTEGER,
     created_at REAL NOT NULL
 );
-"""
+""" + HUMAN_QUESTIONS_TABLE
 
+# Tables every version has; later versions add more (a reader of an older run finds them missing).
 TABLES = ("meta", "individuals", "scenario_results", "llm_calls", "trigger_events", "proposed_questions")
 
 
@@ -104,9 +121,14 @@ def _add_llm_call_reasons(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE llm_calls ADD COLUMN {name} TEXT")
 
 
+def _add_human_questions(db: sqlite3.Connection) -> None:
+    """Version 2: the table of questions people asked the running search (`evokernel ask`)."""
+    db.execute(HUMAN_QUESTIONS_TABLE)
+
+
 # version -> the step that brings a database of the version before it there. A schema change adds the
 # next step here, raises SCHEMA_VERSION and changes SCHEMA (which makes new databases at the new version).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_llm_call_reasons}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_llm_call_reasons, 2: _add_human_questions}
 
 
 def migrate(db: sqlite3.Connection) -> None:
