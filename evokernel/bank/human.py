@@ -43,7 +43,15 @@ def make_request(text: str, target: str, times: int, layers: list[str]) -> Human
     asked_at = time.time()
     return HumanQuestion(id=new_request_id(asked_at), question_id=human_question_id(text), text=text,
                          target=str(int(target)) if target != "best" else target, times=times, asked_at=asked_at,
-                         asked_by=f"{getpass.getuser()}@{socket.gethostname()}", layers=list(layers))
+                         asked_by=_who(), layers=list(layers))
+
+
+def _who() -> str:
+    """user@host of the person asking (the host alone where the user has no name, as in some containers)."""
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except (KeyError, OSError):
+        return socket.gethostname()
 
 
 def improving_children(store: Store) -> dict[str, list[int]]:
