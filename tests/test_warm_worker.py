@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.harness import CheckOptions, check_source, get_task, sandbox
+from evokernel.harness import CheckOptions, check_source, get_task, sandbox, supervisor
 from planted import CPU, CPU_OUTPUT_SIZE, SYSCALLS, chain
 
 TASK = get_task("attention-fwd-cpu")
@@ -46,7 +46,7 @@ def test_each_candidate_starts_clean_in_a_warm_worker():
     for evaluation in range(3):
         report = check_source(source, TASK, OPTIONS)
         assert report.correct, f"evaluation {evaluation + 1} saw state left by an earlier one: {report.failure}"
-        waiting = sandbox._WARM[("cpu", False, TASK.directory)]
+        waiting = supervisor._WARM[("cpu", False, TASK.directory)]
         assert waiting.proc.poll() is None  # the next evaluation's worker is started and waiting
 
 
@@ -54,7 +54,7 @@ def test_the_state_probe_sees_leftovers_when_nothing_isolates(monkeypatch):
     """Control: where /tmp is shared (no isolation) the second evaluation finds the first one's file."""
     monkeypatch.setenv("EVOKERNEL_ISOLATION", "none")
     sandbox.isolation.cache_clear()
-    sandbox._discard_warm()
+    supervisor._discard_warm()
     leftover = "/tmp/evk-leftover"
     try:
         first = check_source(LEAVES_STATE(ORIGINAL), TASK, OPTIONS)
@@ -62,7 +62,7 @@ def test_the_state_probe_sees_leftovers_when_nothing_isolates(monkeypatch):
     finally:
         if os.path.exists(leftover):
             os.unlink(leftover)
-        sandbox._discard_warm()
+        supervisor._discard_warm()
         sandbox.isolation.cache_clear()
     assert first.correct, first.failure
     assert not second.correct and "max error" in second.failure
@@ -71,7 +71,7 @@ def test_the_state_probe_sees_leftovers_when_nothing_isolates(monkeypatch):
 @pytest.fixture(autouse=True)
 def _no_leftover_workers():
     yield
-    sandbox._discard_warm()
+    supervisor._discard_warm()
 
 
 def test_the_sandbox_shows_the_package_but_not_the_checkout_around_it(tmp_path, monkeypatch):
@@ -106,4 +106,4 @@ def test_an_installed_package_keeps_its_site_packages_visible(monkeypatch):
     monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
     monkeypatch.setattr(evokernel, "__file__", str(site / "evokernel" / "__init__.py"))
     monkeypatch.setattr(os.path, "exists", lambda path: True)
-    assert site in sandbox._python_paths()
+    assert site in sandbox.python_paths()

@@ -267,9 +267,10 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
                           f"{escape(text)}", soft_wrap=True)
         if ind.knobs:
             console.print(f"knobs: {escape(json.dumps(ind.knobs, sort_keys=True))}", soft_wrap=True)
-        language = "cuda" if ind.language == "cuda" else "c"
+        from evokernel.harness import LANGUAGES
+
         console.print(Rule("source"))
-        console.print(Syntax(lin.source(ind.id), language, line_numbers=True, word_wrap=True))
+        console.print(Syntax(lin.source(ind.id), LANGUAGES[ind.language].fence, line_numbers=True, word_wrap=True))
         for parent in parents:
             console.print(Rule(f"diff against parent #{parent.id}"))
             console.print(Syntax(lin.diff(parent.id, ind.id) or "(identical)", "diff", word_wrap=True))

@@ -3,16 +3,17 @@ kernel on every scenario, times it against a speed reference and scores it (gate
 
 Interface: `check_kernel`, `check_source`, `build_checked`, `CheckOptions`, `CheckReport`,
 `ScenarioResult`, `get_task`, `task_names`, `tasks_in`, `speed_reference_label`, `isolation` (what this
-machine enforces), and the task interface (`Task`, `Tensor`, `Scalar`, `Baseline`) a task directory
-implements.
+machine enforces), `LANGUAGES` (what differs between kernel languages), and the task interface (`Task`,
+`Tensor`, `Scalar`, `Baseline`) a task directory implements.
 """
 
 from evokernel.harness.check import CheckOptions, build_checked, check_kernel, check_source, speed_reference_label
+from evokernel.harness.languages import LANGUAGES, Language
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
 from evokernel.harness.sandbox import Isolation, isolation
 from evokernel.harness.task import Baseline, Scalar, Task, Tensor
 from evokernel.harness.tasks import get_task, task_names, tasks_in
 
-__all__ = ["Baseline", "CheckOptions", "CheckReport", "Isolation", "Scalar", "ScenarioResult", "Task", "Tensor",
+__all__ = ["LANGUAGES", "Baseline", "CheckOptions", "CheckReport", "Isolation", "Language", "Scalar", "ScenarioResult", "Task", "Tensor",
            "build_checked", "check_kernel", "check_source", "geomean", "get_task", "isolation",
            "speed_reference_label", "task_names", "tasks_in"]

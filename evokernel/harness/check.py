@@ -12,7 +12,8 @@ from evokernel.harness import guard
 from evokernel.harness.build import BuildResult, build, show_source_paths
 from evokernel.harness.judge import judge
 from evokernel.harness.report import CheckReport
-from evokernel.harness.sandbox import isolation, run_worker
+from evokernel.harness.sandbox import isolation
+from evokernel.harness.supervisor import run_worker
 from evokernel.harness.task import Task
 from evokernel.harness.tasks import get_task
 

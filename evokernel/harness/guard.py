@@ -18,8 +18,9 @@ from __future__ import annotations
 import bisect
 import re
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from evokernel.harness.lexer import Lexed, is_word_char, lex, search_word, word_pattern
 
 MAX_SOURCE_BYTES = 512 * 1024
 
@@ -104,141 +105,23 @@ def forbidden_import(symbol: str) -> bool:
     return FORBIDDEN_SYMBOL_RE.fullmatch(symbol.split("@")[0]) is not None
 
 
-# --- lexing: splice lines, blank comments and literals, keep a map back to the author's lines ---
-#
-# Linear time: no pattern starts with an optional part, a look-behind or \b (Python then tries every
-# position at full cost; word boundaries are checked on the few hits instead), no pattern can span
-# newlines at a line start (^\s* made the old scan quadratic), and every alternative that may be left
-# unterminated ends at the end of the line or the input, so no text is scanned from two starts.
-
-_SPLICE_RE = re.compile(r"\\[ \t\f\v]*\n")
-_TRIGRAPH_RE = re.compile(r"\?\?[=/'()!<>\-]")
-_STRING_RE = re.compile(r'"(?:[^"\\\n]|\\.)*(?:"|(?=\n)|\\?\Z)')
-_CHAR_RE = re.compile(r"'(?:[^'\\\n]|\\.)*(?:'|(?=\n)|\\?\Z)")
-_COMMENT = r"(?://[^\n]*|/\*.*?(?:\*/|\Z))"
-_COMMENT_RE = re.compile(_COMMENT, re.DOTALL)
-# a run of comments and the blanks between them, replaced at once (a file of comment lines is one run)
-_COMMENT_RUN_RE = re.compile(rf"{_COMMENT}(?:[ \t\n\f\v]*{_COMMENT})*", re.DOTALL)
-_RAW_RE = re.compile(r'(?:u8|[uUL])?R"(?P<delim>[^()\\ \t\f\v\n"]{0,16})\((?P<body>.*?)(?:\)(?P=delim)"|\Z)', re.DOTALL)
-_RAW_PREFIXES = ("u8R", "uR", "UR", "LR", "R")
-_NUMBER_RE = re.compile(r"(?:\d|\.\d)(?:[eEpP][+-]|'[\w$]|[\w$.])*")  # a C++ pp-number: 1'000 is one
-# where a token that the lexer must see may start (C++ adds numbers, for their digit separators)
-_CANDIDATE_RE = {"c": re.compile(r"""[/"']"""), "cuda": re.compile(r"""[/"'\d]|\.\d""")}
-_WORD_RUN_RE = re.compile(r"[\w$]*")
-_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]+|[0-7]{1,3}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
-_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b"}
-
-
-def _unescape(match: re.Match) -> str:
-    body = match.group(1)
-    if body[0] in "xuU" and len(body) > 1:
-        return chr(min(int(body[1:], 16), 0x10FFFF))
-    if body[0] in "01234567":
-        return chr(int(body, 8))
-    return _SIMPLE_ESCAPES.get(body, body)
-
-
-def _is_word_char(char: str) -> bool:
-    return char.isalnum() or char in "_$"
-
-
-@dataclass
-class _Lexed:
-    """The source as the compiler's later phases see it: lines spliced, each comment one space,
-    each string literal `""` (its text kept aside, by position), each character literal `''`."""
-
-    code: str
-    literals: dict[int, str] = field(default_factory=dict)  # position of `""` in code -> the literal's text
-    out_marks: list[int] = field(default_factory=list)  # checkpoints: a position in code ...
-    text_marks: list[int] = field(default_factory=list)  # ... and the same place in the spliced text
-    text: str = ""  # the source with lines spliced
-    splices: list[int] = field(default_factory=list)  # positions in `text` where a line was joined
-
-    def line(self, position: int) -> int:
-        """The author's line number of a position in `code` (O(n): call it for the reason only)."""
-        i = bisect.bisect_right(self.out_marks, position) - 1
-        at = self.text_marks[i] + (position - self.out_marks[i]) if i >= 0 else position
-        return self.text.count("\n", 0, at) + bisect.bisect_right(self.splices, at) + 1
-
-
-def _lex(source: str, language: str) -> _Lexed:
-    source = source.replace("\r\n", "\n").replace("\r", "\n")
-    splices, pieces, start, joined = [], [], 0, 0
-    for match in _SPLICE_RE.finditer(source):
-        pieces.append(source[start:match.start()])
-        joined += match.start() - start
-        splices.append(joined)
-        start = match.end()
-    pieces.append(source[start:])
-    text = "".join(pieces)
-    lexed = _Lexed("", text=text, splices=splices)
-    candidates, out, length, last, position = _CANDIDATE_RE[language], [], 0, 0, 0
-    while match := candidates.search(text, position):
-        at, char = match.start(), match.group()[0]
-        glued = at > 0 and _is_word_char(text[at - 1])
-        replacement = literal = None
-        if char == "/":
-            token = _COMMENT_RUN_RE.match(text, at)
-            if token:
-                replacement = _COMMENT_RE.sub(" ", token.group())  # keeps the newlines between comments
-        elif char == '"':
-            prefix = next((p for p in _RAW_PREFIXES if language == "cuda" and text.endswith(p, 0, at)
-                           and (at == len(p) or not _is_word_char(text[at - len(p) - 1]))), None)
-            token = _RAW_RE.match(text, at - len(prefix)) if prefix else None
-            if token:
-                at, literal, replacement = token.start(), token.group("body"), 'R""'  # no header name, no label
-            else:
-                token = _STRING_RE.match(text, at)
-                literal, replacement = _ESCAPE_RE.sub(_unescape, token.group()[1:].removesuffix('"')), '""'
-        elif char == "'":
-            token, replacement = _CHAR_RE.match(text, at), "''"
-        else:  # a C++ number, or digits inside an identifier (x1'a' is x1 then 'a')
-            token = (_WORD_RUN_RE if glued else _NUMBER_RE).match(text, at)
-        if replacement is None:
-            position = max(token.end(), at + 1) if token else at + 1
-            continue
-        out.append(text[last:at])
-        length += at - last
-        if literal is not None:
-            lexed.literals[length + len(replacement) - 2] = literal
-        out.append(replacement)
-        length += len(replacement)
-        lexed.out_marks.append(length)
-        lexed.text_marks.append(token.end())
-        last = position = token.end()
-    out.append(text[last:])
-    lexed.code = "".join(out)
-    return lexed
-
-
-def _search_word(pattern: re.Pattern, code: str, start: int = 0) -> re.Match | None:
-    """The first match of `pattern` that starts a word (the pattern itself has no leading \b)."""
-    while True:
-        match = pattern.search(code, start)
-        if not match or match.start() == 0 or not _is_word_char(code[match.start() - 1]):
-            return match
-        start = match.start() + 1
-
-
-def _word_pattern(pattern: str) -> re.Pattern:
-    return re.compile(pattern.removeprefix(r"\b"))
-
-
 # --- the source guard ---
+
+_TRIGRAPH_RE = re.compile(r"\?\?[=/'()!<>\-]")
 
 # a directive: '#' (or '%:') first on its line, after blanks
 _DIRECTIVE_RE = re.compile(r"\n[ \t\f\v]*(?:#|%:)[ \t\f\v]*(?P<name>\w*)")
 _INCLUDE_NAME_RE = re.compile(r'[ \t\f\v]*(?:<(?P<angle>[^>\n]*)>|(?P<quote>""))')
-_PROBE_RE = _word_pattern(r"\b(_Pragma|__pragma|__has_include_next|__has_include|__has_embed)\b")
+_PROBE_RE = word_pattern(r"\b(_Pragma|__pragma|__has_include_next|__has_include|__has_embed)\b")
 _ASM_FILE_RE = re.compile(r"\.(incbin|include)\b", re.IGNORECASE)
 # asm( followed by literals (and macro names) only: a label, or a basic asm statement; the context decides
-_ASM_LABEL_RE = _word_pattern(r'\b(?:__asm__|__asm|asm)[ \t\n\f\v]*\((?P<args>[\w \t\n\f\v"]*)\)')
+_ASM_LABEL_RE = word_pattern(r'\b(?:__asm__|__asm|asm)[ \t\n\f\v]*\((?P<args>[\w \t\n\f\v"]*)\)')
 _RENAME_ATTRIBUTE_RE = re.compile(r"(alias|weakref|symver)_*[ \t\n\f\v]*\([ \t\n\f\v]*\"\"")
 _STATEMENT_WORDS = {"else", "do", "__extension__", "return"}
 _CONDITION_WORDS = {"if", "while", "for", "switch"}
 _ATTRIBUTE_WORDS = {"__attribute__", "__attribute", "__declspec", "alignas", "_Alignas"}
 _MACRO_DEFINITION_RE = re.compile(r"[ \t\f\v]*(?:#|%:)[ \t\f\v]*define[ \t\f\v]+[\w$]+[ \t\f\v]*\Z")
-_FORBIDDEN_CALLS = [(_word_pattern(pattern), reason) for pattern, reason in FORBIDDEN_CALLS]
+_FORBIDDEN_CALLS = [(word_pattern(pattern), reason) for pattern, reason in FORBIDDEN_CALLS]
 
 
 def _size(n: int) -> str:
@@ -261,14 +144,14 @@ def check_source(source: str, language: str, abi_header: str, entry: str) -> str
     if trigraph:
         line = source.count("\n", 0, trigraph.start()) + 1
         return f"static guard: uses a trigraph ('{trigraph.group()}' at line {line})"
-    lexed = _lex(source, language)
+    lexed = lex(source, language)
     return (_check_directives(lexed, language, abi_header) or _check_probes(lexed) or _check_asm_files(lexed)
             or _check_asm_labels(lexed) or _check_forbidden_words(lexed)
             or (None if re.search(rf"\b{re.escape(entry)}\b", lexed.code)
                 else f"static guard: the entry point {entry} is not defined"))
 
 
-def _rest_of_line(lexed: _Lexed, start: int) -> str:
+def _rest_of_line(lexed: Lexed, start: int) -> str:
     """The code from `start` to the end of its line, with its string literals written back."""
     code = lexed.code
     end = code.find("\n", start)
@@ -282,7 +165,7 @@ def _rest_of_line(lexed: _Lexed, start: int) -> str:
     return " ".join(("".join(pieces) + code[last:end]).split())
 
 
-def _check_directives(lexed: _Lexed, language: str, abi_header: str) -> str | None:
+def _check_directives(lexed: Lexed, language: str, abi_header: str) -> str | None:
     code = "\n" + lexed.code
     for match in _DIRECTIVE_RE.finditer(code):
         name, at = match.group("name"), match.start()  # the line start, in lexed.code
@@ -306,14 +189,14 @@ def _check_directives(lexed: _Lexed, language: str, abi_header: str) -> str | No
     return None
 
 
-def _check_probes(lexed: _Lexed) -> str | None:
-    match = _search_word(_PROBE_RE, lexed.code)
-    if match and not _is_word_char(lexed.code[match.end():match.end() + 1] or " "):
+def _check_probes(lexed: Lexed) -> str | None:
+    match = search_word(_PROBE_RE, lexed.code)
+    if match and not is_word_char(lexed.code[match.end():match.end() + 1] or " "):
         return f"static guard: {match.group()} is not allowed (line {lexed.line(match.start())})"
     return None
 
 
-def _check_asm_files(lexed: _Lexed) -> str | None:
+def _check_asm_files(lexed: Lexed) -> str | None:
     """Assembler directives that read a file at build time: in a literal, across adjacent literals,
     or in code (a macro's stringification)."""
     match = _ASM_FILE_RE.search(lexed.code)
@@ -342,7 +225,7 @@ def _skip_space_back(code: str, i: int) -> int:
 def _word_before(code: str, end: int) -> tuple[str, int]:
     """The identifier ending at index `end` (inclusive), and the index before it."""
     i = end
-    while i >= 0 and _is_word_char(code[i]):
+    while i >= 0 and is_word_char(code[i]):
         i -= 1
     return code[i + 1:end + 1], i
 
@@ -396,7 +279,7 @@ def _is_asm_label(code: str, asm_start: int, brackets: _Brackets) -> bool:
                 i = _skip_space_back(code, opener - 1)
                 continue
             return True  # an array declarator
-        if _is_word_char(char):
+        if is_word_char(char):
             word, before = _word_before(code, i)
             if word in _STATEMENT_WORDS:
                 return False
@@ -405,9 +288,9 @@ def _is_asm_label(code: str, asm_start: int, brackets: _Brackets) -> bool:
     return False
 
 
-def _check_asm_labels(lexed: _Lexed) -> str | None:
+def _check_asm_labels(lexed: Lexed) -> str | None:
     code, brackets, start = lexed.code, _Brackets(lexed.code), 0
-    while match := _search_word(_ASM_LABEL_RE, code, start):
+    while match := search_word(_ASM_LABEL_RE, code, start):
         start = match.end()
         args = match.group("args")
         if '""' not in args or not _is_asm_label(code, match.start(), brackets):
@@ -420,15 +303,15 @@ def _check_asm_labels(lexed: _Lexed) -> str | None:
         i = match.start() - 1
         while i >= 0 and code[i] == "_":
             i -= 1
-        if i < 0 or not _is_word_char(code[i]):
+        if i < 0 or not is_word_char(code[i]):
             return (f"static guard: renames a symbol with an attribute ('{match.group(1)}' "
                     f"at line {lexed.line(match.start())})")
     return None
 
 
-def _check_forbidden_words(lexed: _Lexed) -> str | None:
+def _check_forbidden_words(lexed: Lexed) -> str | None:
     for pattern, reason in _FORBIDDEN_CALLS:
-        match = _search_word(pattern, lexed.code)
+        match = search_word(pattern, lexed.code)
         if match:
             return f"static guard: {reason} ('{match.group(0).strip('( ')}' at line {lexed.line(match.start())})"
     return None

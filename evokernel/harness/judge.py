@@ -23,7 +23,7 @@ import numpy as np
 
 from evokernel.harness import values
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
-from evokernel.harness.sandbox import WorkerOutcome
+from evokernel.harness.supervisor import WorkerOutcome
 from evokernel.harness.task import Task, sampled_elements
 from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, RETIME_CALL, timing_call
 

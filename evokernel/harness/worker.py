@@ -1,10 +1,10 @@
 """The child process that loads untrusted kernels, verifies them and times them.
 
-Started by `sandbox.run_worker` inside the sandbox: the request arrives on stdin; every step, verdict
+Started by `supervisor.run_worker` inside the sandbox: the request arrives on stdin; every step, verdict
 and timed call goes to the parent as one JSON line on the harness channel (fd 3) as it happens. The
 parent does not take this process's word for anything it can check itself: it recomputes sampled
 outputs from the seeds, derives the times from the individual calls, and holds them against its own
-clock (see `check.py`). Nothing is written to or read from the scratch directory.
+clock (see `judge.py`). Nothing is written to or read from the scratch directory.
 
 Timing protocol: before every timed call, new input values (the scenario's inputs rolled along their
 axes by offsets never used before in this scenario) and NaN-poisoned outputs; after it, the guard

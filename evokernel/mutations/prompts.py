@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from evokernel.bank import Question
 from evokernel.bank.proposals import PROPOSAL_FORMAT
-from evokernel.harness import get_task
+from evokernel.harness import LANGUAGES, get_task
 from evokernel.mutations import Parent
 
 PROMPT_VERSION = 1  # part of the replay key: raise it when a template below changes what is asked
@@ -28,7 +28,7 @@ WHY_NOW = {
 
 
 def _fence(language: str) -> str:
-    return "cuda" if language == "cuda" else "c"
+    return LANGUAGES[language].fence
 
 
 def results_table(report: dict | None) -> str:

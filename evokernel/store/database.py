@@ -76,7 +76,9 @@ class Store:
 
     # -- individuals ----------------------------------------------------------------------------
     def source_path(self, digest: str, language: str) -> Path:
-        return self.run_dir / "sources" / f"{digest}{'.cu' if language == 'cuda' else '.c'}"
+        from evokernel.harness.languages import LANGUAGES  # (not the whole harness: readers stay light)
+
+        return self.run_dir / "sources" / f"{digest}{LANGUAGES[language].extension}"
 
     def add_individual(self, individual: Individual, source: str) -> int:
         path = self.source_path(individual.source_hash, individual.language)
