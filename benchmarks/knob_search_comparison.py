@@ -50,7 +50,7 @@ from evokernel.store import Store  # noqa: E402
 
 DEFAULT_BUDGETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
 DEFAULT_KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "greedy_ils", "mls",
-                         "diff_evo", "pso")
+                         "diff_evo", "pso", "firefly_algorithm", "dual_annealing", "bayes_opt")  # basinhopping: minutes
 TARGETS = (0.95, 0.98)
 EVOKERNEL = "evokernel"
 
