@@ -296,9 +296,11 @@ def plot(rows: list[dict], table: KnobTable, path: Path, title: str) -> None:
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         mine = [r for r in rows if r["strategy"] == strategy]
         x = [100 * r["budget_fraction"] for r in mine]
-        width = 2.4 if strategy == EVOKERNEL else 1.2
-        line, = axes.plot(x, [r["median"] for r in mine], marker="o", linewidth=width, label=strategy)
-        axes.fill_between(x, [r["q1"] for r in mine], [r["q3"] for r in mine], color=line.get_color(), alpha=0.12)
+        ours = strategy == EVOKERNEL  # drawn in black on top; the colour cycle is left to the others
+        line, = axes.plot(x, [r["median"] for r in mine], marker="o", linewidth=2.6 if ours else 1.1,
+                          label=strategy, zorder=3 if ours else 2, **({"color": "black"} if ours else {}))
+        axes.fill_between(x, [r["q1"] for r in mine], [r["q3"] for r in mine], color=line.get_color(),
+                          alpha=0.15 if ours else 0.05)
     for target in TARGETS:
         axes.axhline(target, color="grey", linestyle=":", linewidth=0.8)
     axes.set_xlabel(f"budget (% of the {table.size} combinations evaluated)")
