@@ -23,21 +23,20 @@ from typing import Callable
 from deap import base
 
 from evokernel.bank import TriggerMonitor, needs_recheck, recheck_options
-from evokernel.bank.human import HUMAN_TRIGGER
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
 from evokernel.harness import CheckOptions, Task, get_task
-from evokernel.mutations import Operator, Parent, Proposal, ProposalFailed, llm_operator_names, operators
+from evokernel.mutations import Operator, Proposal, ProposalFailed, llm_operator_names, operators
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
 from evokernel.search.budget import end_reason, time_or_money_spent
-from evokernel.search.human import HumanQuestions, describe_target
+from evokernel.search.human import HumanQuestions
 from evokernel.search.proposals import Job, OperatorContexts, configured_operators, operator_services, parent_view
 from evokernel.search import retime
 from evokernel.search.interrupts import interrupt, signals_deferred
 from evokernel.search.stats import SearchResult, SearchStats, failure_kind
-from evokernel.store import HumanQuestion, Individual, normalized_hash
+from evokernel.store import Individual, normalized_hash
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
@@ -177,37 +176,10 @@ class Search:
             self.human.tell_waiting("this session has no question operators (a model: --model or llm.models); "
                                     "they are asked when the run is resumed with one")
             return None
-        for request in self.human.waiting():
-            target = self._human_target(request)
-            if target is None:
-                continue
-            if isinstance(target, str):  # an asking that fails at once
-                self.human.started(request)
-                self.human.finished(request.id, {"failed": target})
-                continue
-            parent, island, generation = target
-            self.stats.last = f"asking {request.question_id} (asked by a person) about #{parent.id}"
-            return Job(self.human_operator.name, [parent], island, generation, HUMAN_TRIGGER,
-                       question=self.human.started(request), request_id=request.id)
-        return None
-
-    def _human_target(self, request: HumanQuestion) -> tuple[Parent, int | None, int] | str | None:
-        """(parent, island, generation) for a request's target; None while it is not there yet (no best kernel),
-        a reason when it never will be (a kernel the run lacks or rejected)."""
-        if request.target == "best":
-            best = self.population.best() if len(self.population) else None
-            if best is None:
-                return None
-            return parent_view(self.store, best), self.islands.get(best.id), best.generation + 1
-        try:
-            row = self.store.individual(int(request.target))
-        except BadInput as exc:
-            return str(exc)
-        if row.status in ("pending", "running"):
-            return None
-        if row.status != "correct":
-            return f"{describe_target(request.target)} was rejected: only a correct kernel is asked about"
-        return parent_view(self.store, row, self.store.source(row)), self.islands.get(row.id), row.generation + 1
+        job = self.human.next_job(self.human_operator.name, self.population, self.store, self.islands)
+        if job is not None:
+            self.stats.last = f"asking {job.question.id} (asked by a person) about #{job.parents[0].id}"
+        return job
 
     def _call(self, job: Job, seed: float) -> Proposal:
         operator = self.human_operator if job.question is not None else getattr(self.toolbox, job.operator)

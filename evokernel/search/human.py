@@ -18,7 +18,11 @@ from typing import Callable
 from pydantic import ValidationError
 
 from evokernel.bank import Question, shape_problems
-from evokernel.bank.human import human_question_id
+from evokernel.bank.human import HUMAN_TRIGGER, human_question_id
+from evokernel.errors import BadInput
+from evokernel.mutations import Parent
+from evokernel.population import Population
+from evokernel.search.proposals import Job, parent_view
 from evokernel.store import HumanQuestion, Store
 from evokernel.store import inbox
 
@@ -87,6 +91,22 @@ class HumanQuestions:
         self.in_flight[request.id] += 1
         return as_question(request)
 
+    def next_job(self, operator_name: str, population: Population, store: Store, islands: dict) -> Job | None:
+        """The next asking whose target is there, as a proposal job for the question operator `operator_name`;
+        an asking whose target never will be (a kernel the run lacks or rejected) is recorded as failed."""
+        for request in self.waiting():
+            target = _target(request, population, store, islands)
+            if target is None:
+                continue
+            if isinstance(target, str):
+                self.started(request)
+                self.finished(request.id, {"failed": target})
+                continue
+            parent, island, generation = target
+            return Job(operator_name, [parent], island, generation, HUMAN_TRIGGER, question=self.started(request),
+                       request_id=request.id)
+        return None
+
     def finished(self, request_id: str, outcome: dict) -> None:
         """Record what one asking produced ({"child": id}, {"duplicate_of": id} or {"failed": reason})."""
         self.in_flight[request_id] -= 1
@@ -96,6 +116,26 @@ class HumanQuestions:
             request.outcomes.append(outcome)
             if request.asked >= request.times:
                 del self.open[request_id]
+
+
+def _target(request: HumanQuestion, population: Population, store: Store,
+            islands: dict) -> tuple[Parent, int | None, int] | str | None:
+    """(parent, island, generation) for a request's target; None while it is not there yet (no best kernel),
+    a reason when it never will be (a kernel the run lacks or rejected)."""
+    if request.target == "best":
+        best = population.best() if len(population) else None
+        if best is None:
+            return None
+        return parent_view(store, best), islands.get(best.id), best.generation + 1
+    try:
+        row = store.individual(int(request.target))
+    except BadInput as exc:
+        return str(exc)
+    if row.status in ("pending", "running"):
+        return None
+    if row.status != "correct":
+        return f"{describe_target(request.target)} was rejected: only a correct kernel is asked about"
+    return parent_view(store, row, store.source(row)), islands.get(row.id), row.generation + 1
 
 
 def as_question(request: HumanQuestion) -> Question:
