@@ -79,35 +79,41 @@ def steady_busy_fraction(run_dir: Path, slots: int) -> float | None:
     return sum(r.finished_at - r.started_at for r in rows) / (span * slots) if span > 0 else None
 
 
-def phase_medians(run_dir: Path) -> tuple[float | None, float | None]:
-    """Median worker start, and median time of an evaluation outside verification and timing (build,
-    worker start, the parent's checks, the driver), over the children's check reports."""
-    starts, outside = [], []
+def phase_medians(run_dir: Path) -> dict[str, float | None]:
+    """Medians over the children's check reports: worker start (what the check waited for its worker,
+    device context included), its device context alone (0 when made before the request), verification,
+    timing, and the time of an evaluation outside those two (build, worker start, the parent's checks,
+    the driver)."""
+    starts, devices, verification, timing, outside = [], [], [], [], []
     with Store(run_dir, readonly=True) as store:
         for row in store.individuals():
             report = row.report if row.operator != "seed" else None
             phases = (report or {}).get("phase_seconds") or {}
             if "worker start" in phases and row.eval_seconds:
-                starts.append(phases["worker start"])
-                outside.append(row.eval_seconds - phases.get("verification", 0) - phases.get("timing", 0))
-    return (statistics.median(starts) if starts else None, statistics.median(outside) if outside else None)
+                devices.append(phases.get("device start", 0.0))
+                starts.append(phases["worker start"] + devices[-1])
+                verification.append(phases.get("verification", 0.0))
+                timing.append(phases.get("timing", 0.0))
+                outside.append(row.eval_seconds - verification[-1] - timing[-1])
+    columns = {"worker start s": starts, "device start s": devices, "verification s": verification,
+               "timing s": timing, "outside checks s": outside}
+    return {name: statistics.median(values) if values else None for name, values in columns.items()}
 
 
-def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path, label: str) -> dict:
+def run_once(args, operator, evaluations: int, concurrency: int, slots: int, runs_dir: Path, label: str) -> dict:
     data = {"task": args.task, "scenarios": args.scenarios, "trials": args.trials,
             "speed_reference": args.speed_reference,
             "population_size": 8, "budget": {"evaluations": evaluations},
             "llm": {"max_concurrent": concurrency}, "random_seed": args.random_seed,
-            "resources": {"max_parallel": args.max_parallel, "evaluation_timeout_s": 600}}
+            "resources": {"max_parallel": slots, "evaluation_timeout_s": 600}}
     if args.seed:
         data["seeds"] = [str(Path(args.seed).resolve())]
     config = parse_config(data, "benchmark")
-    run_dir = runs_dir / label
+    run_dir = runs_dir / f"{label} {slots} slots"
     started = time.time()
     result = Search(config, run_dir, operator_set={operator.name: (operator, 1.0)}, retime_best=False).run()
     wall = time.time() - started
     stats = result.stats
-    worker_start, outside = phase_medians(run_dir)
     with Store(run_dir, readonly=True) as store:
         for row in store.individuals():
             if row.failure:
@@ -115,12 +121,25 @@ def run_once(args, operator, evaluations: int, concurrency: int, runs_dir: Path,
     return {
         "source": label, "evaluations": stats.evaluations, "slots": stats.slots,
         "evals/min": 60 * stats.evaluations / wall if wall else None,
+        "evals/min/slot": 60 * stats.evaluations / wall / stats.slots if wall else None,
         "driver ms/eval": 1e3 * stats.overhead_per_evaluation_s if stats.overhead_per_evaluation_s else None,
         "busy (all)": stats.busy_fraction,
         "busy (steady)": steady_busy_fraction(run_dir, stats.slots),
         "rejected": sum(stats.failures.values()), "wall s": wall,
-        "worker start s": worker_start, "outside checks s": outside,
+        **phase_medians(run_dir),
     }
+
+
+def scaling_lines(frame: pd.DataFrame) -> list[str]:
+    """Per source: evaluations per minute with more slots, as a multiple of the fewest slots' (same run)."""
+    lines = []
+    for source, group in frame.groupby("source", sort=False):
+        group = group.sort_values("slots")
+        if len(group) > 1 and group["evals/min"].iloc[0]:
+            base = group.iloc[0]
+            lines += [f"{source}: {row.slots} slots give {row['evals/min'] / base['evals/min']:.2f}x the evaluations "
+                      f"per minute of {base.slots}" for _, row in group.iloc[1:].iterrows()]
+    return lines
 
 
 def machine() -> str:
@@ -136,7 +155,10 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None or value != value else format(value, spec)
 
 
-FORMATS = {"worker start s": ".2f", "outside checks s": ".2f", "evals/min": ".1f", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%", "wall s": ".1f"}
+FORMATS = {"worker start s": ".2f", "device start s": ".2f", "verification s": ".2f", "timing s": ".2f",
+           "outside checks s": ".2f", "evals/min": ".1f",
+           "evals/min/slot": ".1f", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%",
+           "wall s": ".1f"}
 
 
 def show(frame: pd.DataFrame, title: str) -> None:
@@ -163,34 +185,42 @@ def main() -> None:
     parser.add_argument("--scenarios", default="quick")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--speed-reference", default="original", help="original, a kernel file, cudnn, flash")
-    parser.add_argument("--evaluations", type=int, default=30, help="evaluations with the fast source")
-    parser.add_argument("--slow-evaluations", type=int, default=30, help="evaluations with the slow source")
+    parser.add_argument("--evaluations", type=int, default=30, help="evaluations per slot with the fast source")
+    parser.add_argument("--slow-evaluations", type=int, default=30, help="evaluations per slot with the slow source")
     parser.add_argument("--latency", default="10,30", help="LLM-like latency range in seconds: LOW,HIGH")
     parser.add_argument("--latency-scale", type=float, default=1.0, help="multiply the latency (quick local runs)")
     parser.add_argument("--concurrency", type=int, default=8, help="proposals generated at once (llm.max_concurrent)")
-    parser.add_argument("--max-parallel", type=int, help="evaluation slots (default: one per GPU, or 1 on CPU)")
+    parser.add_argument("--max-parallel", default="", help="evaluation slots, or several counts to compare in one "
+                        "run (e.g. 1,2); default: one per GPU, or 1 on CPU")
     parser.add_argument("--random-seed", type=int, default=0)
     parser.add_argument("--runs-dir", type=Path, help="keep the benchmark runs here (default: a temp dir)")
     parser.add_argument("--results", type=Path, help="append the figures to this RESULTS.md")
     args = parser.parse_args()
     args.task = args.task or ("attention-fwd" if detect_gpus() else "attention-fwd-cpu")
     low, high = (float(x) * args.latency_scale for x in args.latency.split(","))
+    slot_counts = [int(n) for n in args.max_parallel.split(",") if n.strip()] or [None]
     random.seed(args.random_seed)
 
     connect(None)
+    rows = []
     with tempfile.TemporaryDirectory(prefix="evk-bench-") as scratch:
         runs_dir = args.runs_dir or Path(scratch)
-        rows = [run_once(args, Variant(), args.evaluations, args.concurrency, runs_dir, "fast"),
-                run_once(args, SlowVariant(low, high), args.slow_evaluations, args.concurrency, runs_dir,
-                         f"slow {low:g}-{high:g} s x{args.concurrency}")]
+        for slots in slot_counts:
+            per_slot = slots or max(1, detect_gpus())
+            rows += [run_once(args, Variant(), args.evaluations * per_slot, args.concurrency, slots, runs_dir, "fast"),
+                     run_once(args, SlowVariant(low, high), args.slow_evaluations * per_slot, args.concurrency, slots,
+                              runs_dir, f"slow {low:g}-{high:g} s x{args.concurrency}")]
     frame = pd.DataFrame(rows)
     title = f"search throughput · {args.task} · scenarios '{args.scenarios}'"
     show(frame, title)
+    scaling = scaling_lines(frame)
+    for line in scaling:
+        console.print(line)
     if args.results:
         append_entry(args.results, "Search throughput", [
             f"Machine: {machine()}",
             f"Task: {args.task}, scenarios '{args.scenarios}', trials {args.trials}, speed reference {args.speed_reference}",
-        ], markdown(frame))
+        ], markdown(frame) + "".join(f"\n\n{line}" for line in scaling))
         console.print(f"appended to {args.results}")
 
 

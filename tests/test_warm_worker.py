@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evokernel.harness import CheckOptions, check_source, get_task, sandbox, supervisor
-from planted import CPU, CPU_OUTPUT_SIZE, SYSCALLS, chain
+from planted import CPU, CPU_OUTPUT_SIZE, CUDA, CUDA_OUTPUT_BYTES, SYSCALLS, chain
 
 TASK = get_task("attention-fwd-cpu")
 ORIGINAL = TASK.original.read_text()
@@ -66,6 +66,43 @@ def test_the_state_probe_sees_leftovers_when_nothing_isolates(monkeypatch):
         sandbox.isolation.cache_clear()
     assert first.correct, first.failure
     assert not second.correct and "max error" in second.failure
+
+
+# The CUDA form: at its first call the kernel looks for device state an earlier candidate left (most of the
+# device's memory taken, a file in /tmp), then leaves the same itself: it allocates all but 2 GiB of the free
+# device memory and never frees it. It answers wrongly if it found any.
+CUDA_LEAVES_STATE = chain(lambda source: source + SYSCALLS, CUDA.wrap(f"""
+static int evk_left_before(void) {{
+  size_t free_bytes = 0, total_bytes = 0;
+  int found = cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess || free_bytes < total_bytes / 2;
+  const long fd = evk_sys3(EVK_NR_OPEN, (long)"/tmp/evk-leftover", 0, 0);
+  if (!EVK_FAILED(fd)) {{ found = 1; evk_sys3(EVK_NR_CLOSE, fd, 0, 0); }}
+  const long made = evk_sys3(EVK_NR_OPEN, (long)"/tmp/evk-leftover", EVK_O_WRONLY | EVK_O_CREAT, 0644);
+  if (!EVK_FAILED(made)) evk_sys3(EVK_NR_CLOSE, made, 0, 0);
+  void* hog = 0;
+  if (!found && free_bytes > (3ull << 30)) cudaMalloc(&hog, free_bytes - (2ull << 30));
+  return found;
+}}
+extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t stream) {{
+  static int checked, found;
+  if (!checked) {{ checked = 1; found = evk_left_before(); }}
+  if (found && p && p->o) return cudaMemsetAsync(p->o, 0, {CUDA_OUTPUT_BYTES}, stream) == cudaSuccess ? 0 : 5;
+  return honest_fwd(p, stream);
+}}
+"""))
+
+
+@pytest.mark.gpu
+def test_device_state_of_one_candidate_never_reaches_the_next():
+    """Device memory held and files left by one candidate are gone when the next one runs (its worker was
+    started during the earlier check: its device context is made only after that check's worker ended)."""
+    task = get_task("attention-fwd")
+    source = CUDA_LEAVES_STATE(task.original.read_text())
+    options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True)
+    for evaluation in range(3):
+        report = check_source(source, task, options)
+        assert report.correct, f"evaluation {evaluation + 1} saw state left by an earlier one: {report.failure}"
+        assert supervisor._WARM[("cuda", True, task.directory)].proc.poll() is None
 
 
 @pytest.fixture(autouse=True)

@@ -112,8 +112,9 @@ class _Channel(threading.Thread):
 
 @dataclass
 class _Started:
-    """A sandboxed worker process that has paid its start-up (interpreter, runtime import, device
-    context) and waits for a request; it has seen no candidate yet, and serves exactly one."""
+    """A sandboxed worker process that has paid its start-up (interpreter, runtime import, the task
+    loaded) and waits for a request; it has seen no candidate yet, and serves exactly one. Its device
+    context is made when it is told to `prepare`, or else after its request."""
 
     proc: subprocess.Popen
     holder: tempfile.TemporaryDirectory  # scratch/ (writable inside) and lib/ (the kernels, read-only inside)
@@ -122,6 +123,14 @@ class _Started:
     reader: _Channel
     drain: _Drain
     box: Isolation
+
+    def prepare(self) -> None:
+        """Make the device context now (call only when no check is timing on this worker's device)."""
+        try:
+            self.proc.stdin.write(b'{"type": "prepare"}\n')
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # a dead worker is replaced when it is taken
 
     def discard(self) -> None:
         _kill(self.proc)
@@ -143,7 +152,7 @@ def _sweep_orphans() -> None:
 
 
 def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
-    """A worker for tasks of `backend`, its device context made; it can read `task_dir` (the task's files)."""
+    """A worker for tasks of `backend`, started and importing; it can read `task_dir` (the task's files)."""
     box = isolation()
     _sweep_orphans()
     holder = tempfile.TemporaryDirectory(prefix=f"evk-worker-{os.getpid()}-")
@@ -155,7 +164,7 @@ def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
     env = clean_environment()
     env["PYTHONPATH"] = str(Path(evokernel.__file__).resolve().parent.parent)
     read_end, write_end = os.pipe()
-    argv = [sys.executable, "-m", "evokernel.harness.worker", backend, str(write_end)]
+    argv = [sys.executable, "-m", "evokernel.harness.worker", backend, str(task_dir.resolve()), str(write_end)]
     if box.enforced:
         inside_library = Path("/evk/lib")
         package = Path(evokernel.__file__).resolve().parent
@@ -188,10 +197,14 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
 
     The request goes in on stdin; the worker answers with JSON lines on a pipe. Built kernels are
     copied into a read-only directory (`kernels` maps a name to a built object; the worker finds them
-    by name); the task's directory `task_dir` is readable, read-only. Each message may set `limit_s`, the time until the next message must arrive; the first
-    one must arrive within `start_limit_s`; `timeout_s` bounds the whole run. With `keep_warm`, the
-    worker for the next check is started as soon as this one has ended, so that it has paid its start-up
-    when that check comes (each worker still serves one candidate only).
+    by name); the task's directory `task_dir` is readable, read-only. Each message may set `limit_s`, the
+    time until the next message must arrive; the first one must arrive within `start_limit_s`; `timeout_s`
+    bounds the whole run.
+
+    With `keep_warm`, the worker for the next check starts now for a GPU task (its interpreter, runtime
+    import and task load run on the host beside this check; for a CPU task, once this check has ended)
+    and makes its device context once this check's worker has ended, so that no start-up touches the
+    device while a call is timed; each worker still serves one candidate only.
     """
     key = (request["backend"], devices, Path(task_dir))
     worker = _WARM.pop(key, None)
@@ -199,6 +212,8 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         if worker is not None:
             worker.discard()
         worker = _start(*key)
+    if keep_warm and devices:  # host work only; beside a CPU task's check it would share the timed cores
+        _WARM[key] = _start(*key)
     try:
         for name, path in kernels.items():
             shutil.copyfile(path, worker.library / f"{name}.so")
@@ -206,15 +221,17 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         request = {**request, "library": str(worker.inside_library), "self_destruct_s": timeout_s + 10}
         started = time.perf_counter()
         try:
-            worker.proc.stdin.write(json.dumps(request).encode())
+            worker.proc.stdin.write(json.dumps(request).encode() + b"\n")
             worker.proc.stdin.close()
         except BrokenPipeError:
             pass
         messages, failure = _collect(worker.proc, worker.reader, started, timeout_s, memory_limit_bytes,
                                      start_limit_s)
         _end(worker.proc)
-        if keep_warm:  # now, not earlier: a worker's start-up (a new device context) never overlaps a timed call
-            _WARM[key] = _start(*key)
+        if keep_warm:
+            if key not in _WARM:
+                _WARM[key] = _start(*key)
+            _WARM[key].prepare()
         worker.drain.join(timeout=2)
         seconds = time.perf_counter() - started
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]

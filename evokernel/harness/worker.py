@@ -65,9 +65,9 @@ class Channel:
             line = line[os.write(self.fd, line):]
 
 
-def start_backend(name: str):
-    """The device side: runtime import and device context (what a warm worker pays before its request)."""
-    return importlib.import_module(f"evokernel.harness.backends.{name}").Backend()
+def import_backend(name: str):
+    """The backend's module: the runtime imported (torch for CUDA), no device touched yet."""
+    return importlib.import_module(f"evokernel.harness.backends.{name}")
 
 
 class Worker:
@@ -320,18 +320,43 @@ def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str
     return f"{type(exc).__name__}: {first}{where}"
 
 
+def read_request(backend_module, seconds: dict):
+    """The request from stdin, and the backend with its device context made. A `prepare` line before the
+    request makes the context at once (the supervisor sends it when no other check is timing on the
+    device); otherwise it is made after the request, and its time is a phase of this check."""
+    line = sys.stdin.readline()
+    backend = None
+    if json.loads(line).get("type") == "prepare":
+        backend = backend_module.Backend()
+        line = sys.stdin.readline()
+    request = json.loads(line)
+    sys.stdin.close()
+    if backend is None:
+        started = time.perf_counter()
+        backend = import_backend(request["backend"]).Backend()
+        seconds["device start"] = time.perf_counter() - started
+    return request, backend
+
+
 def main() -> None:
-    """`python -m evokernel.harness.worker [BACKEND CHANNEL_FD]`: with arguments, the backend starts before
-    the request is read, so a worker started ahead of time waits with its start-up already paid."""
-    channel = Channel(int(sys.argv[2])) if len(sys.argv) > 2 else None
+    """`python -m evokernel.harness.worker [BACKEND TASK_DIR CHANNEL_FD]`: with arguments, the runtime is
+    imported and the task loaded before the request is read, so a worker started ahead of time waits
+    with that part of its start-up paid (see `read_request` for the device context)."""
+    warm = len(sys.argv) > 3
+    channel = Channel(int(sys.argv[3])) if warm else None
     worker = None
+    seconds: dict[str, float] = {}
     try:
-        backend = start_backend(sys.argv[1]) if len(sys.argv) > 1 else None
-        request = json.loads(sys.stdin.read())
-        sys.stdin.close()
+        if warm:
+            backend_module = import_backend(sys.argv[1])
+            load_task_dir(Path(sys.argv[2]))
+        else:
+            backend_module = None
+        request, backend = read_request(backend_module, seconds)
         signal.alarm(math.ceil(request["self_destruct_s"]))  # SIGALRM's default action ends the process
         channel = channel or Channel(int(request.get("channel_fd", 3)))
-        worker = Worker(request, channel, backend or start_backend(request["backend"]))
+        worker = Worker(request, channel, backend)
+        worker.seconds.update(seconds)
         worker.run()
     except Exception as exc:  # a kernel error surfaced by the runtime (illegal address, launch failure)
         if channel is None:

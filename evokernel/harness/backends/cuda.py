@@ -4,6 +4,7 @@ every launch, a graph-capture audit for work done off the harness stream."""
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 
 import numpy as np
@@ -32,7 +33,11 @@ class Backend:
         self.slack_cycles = LAUNCH_SLACK_CYCLES
 
     def device_name(self) -> str:
-        return torch.cuda.get_device_name()
+        """Model, the GPU's index on its host and the start of its UUID: results name the GPU that measured them."""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")[:8]
+        where = ", ".join(part for part in (f"GPU {visible or 0}", uuid and f"uuid {uuid}") if part)
+        return f"{torch.cuda.get_device_name()} ({where})"
 
     def load(self, path, symbol: str, language):
         entry = Entry(path, symbol, language)
