@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
                         help="restrict the space: keep this knob at one value (repeatable)")
     parser.add_argument("--stop-after-s", type=float, help="stop starting new checks after this many seconds")
+    parser.add_argument("--shard", default="1/1", metavar="K/N",
+                        help="measure every N-th combination still to do, from the K-th (one process per GPU, "
+                             "each with its own --out; concatenate the files after)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
@@ -101,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     fixed = dict(item.split("=", 1) for item in args.fix)
     names, combos = knob_space(source, fixed)
     done = measured_keys(args.out, names)
-    todo = [c for c in combos if tuple(c[n] for n in names) not in done]
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    todo = [c for c in combos[shard - 1::shards] if tuple(c[n] for n in names) not in done]
     print(f"{len(combos)} combinations, {len(done)} already in {args.out}, {len(todo)} to measure", flush=True)
     options = CheckOptions(scenario_set=args.scenarios, speed_reference=args.speed_reference, trials=args.trials,
-                           rounds=args.rounds)
+                           rounds=args.rounds, warm_worker=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new_file = not args.out.is_file()
     started, loads = time.time(), [load_average()]
