@@ -146,6 +146,10 @@ class RunConfig(Strict):
     population_size: int = Field(8, ge=2, le=100_000)
     offspring_per_step: int = Field(1, ge=1, le=100, description="children proposed per finished evaluation")
     trials: int = Field(3, ge=1, le=MAX_TRIALS, description="random inputs per scenario (as `check --trials`)")
+    reference_reuse_s: float | None = Field(300, ge=0, le=86_400, description="screen a child alone against the speed "
+                                            "reference's times from an interleaved check on the same GPU at most this "
+                                            "many seconds old; a child near the best is timed interleaved after all "
+                                            "(none: every child interleaved)")
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     operators: OperatorWeights = Field(default_factory=OperatorWeights)
     llm: LLMConfig = Field(default_factory=LLMConfig)

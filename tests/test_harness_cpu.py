@@ -3,6 +3,7 @@ bad kernels (crash, hang, compile error) are rejected without killing the harnes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -152,3 +153,22 @@ def test_worker_ends_itself_when_its_parent_is_gone(tmp_path):
     os.close(write_end)
     assert proc.returncode == -14  # SIGALRM
     assert time.monotonic() - started < 30
+
+
+def test_a_screened_candidate_near_the_best_is_timed_interleaved():
+    """With reused reference times, `confirm_above` decides: a screened geomean at least that high is timed
+    interleaved with the reference (and refreshes the reused times); one below stays screened."""
+    from evokernel.harness import check as check_module
+
+    check_module._REFERENCE_TIMES.clear()
+    try:
+        options = CheckOptions(scenario_set="quick", rounds=5, reference_reuse_s=600)
+        assert not check_kernel(TASK.original, TASK, options).reference_reused
+        confirmed = check_kernel(TASK.original, TASK, dataclasses.replace(options, confirm_above=0.01))
+        assert confirmed.correct and not confirmed.reference_reused, confirmed.failure
+        screened = check_kernel(TASK.original, TASK, dataclasses.replace(options, confirm_above=100.0))
+        assert screened.correct and screened.reference_reused, screened.failure
+        stale = check_kernel(TASK.original, TASK, dataclasses.replace(options, reference_reuse_s=0.0))
+        assert stale.correct and not stale.reference_reused  # too old: interleaved again
+    finally:
+        check_module._REFERENCE_TIMES.clear()

@@ -134,3 +134,54 @@ def test_a_malformed_message_is_a_corrupted_channel_not_a_crash(honest):
 
     report = verdict(tampered(outcome, wrong_types), request)
     assert not report.correct and "corrupted the harness channel" in report.failure
+
+
+@pytest.fixture(scope="module")
+def screened():
+    """(outcome, request, report) of a check screened against reused speed-reference times, never confirmed."""
+    seen = {}
+    real = check_module.run_worker
+
+    def recording(request, *args, **kwargs):
+        seen["request"] = request
+        seen["outcome"] = real(request, *args, **kwargs)
+        return seen["outcome"]
+
+    options = CheckOptions(scenario_set="quick", rounds=5, reference_reuse_s=600)
+    check_module._REFERENCE_TIMES.clear()
+    first = check_kernel(TASK.original, TASK, options)  # interleaved: nothing to reuse yet
+    check_module.run_worker = recording
+    try:
+        report = check_kernel(TASK.original, TASK, options)
+    finally:
+        check_module.run_worker = real
+        check_module._REFERENCE_TIMES.clear()
+    assert first.correct and not first.reference_reused, first.failure
+    assert report.correct and report.reference_reused, report.failure
+    assert [s.original_time_ms for s in report.scenarios] == [s.original_time_ms for s in first.scenarios]
+    return seen["outcome"], seen["request"], report
+
+
+def test_a_screened_report_passes_as_screened(screened):
+    outcome, request, report = screened
+    again = verdict(outcome, request)
+    assert again.correct and again.reference_reused
+    assert again.geomean_speedup == pytest.approx(report.geomean_speedup)
+
+
+def test_a_worker_may_not_skip_the_interleaved_timing_its_screening_called_for(screened):
+    """The worker decides from its own (untrusted) process whether to confirm; the parent applies the same
+    rule to the times it accepted, so a screened-only report above the threshold is refused."""
+    outcome, request, report = screened
+    demanding = {**request, "confirm_above": report.geomean_speedup * 0.9}
+    refused = verdict(outcome, demanding)
+    assert not refused.correct and "that timing is missing" in refused.failure
+    lenient = {**request, "confirm_above": report.geomean_speedup * 1.1}
+    assert verdict(outcome, lenient).correct
+
+
+def test_screened_calls_count_only_against_reused_times(screened):
+    """Screening calls (the candidate alone) in a check that reused nothing give no speedup."""
+    outcome, request, _ = screened
+    report = verdict(outcome, {**request, "reference_ms": None})
+    assert not report.correct and "no timed calls of the candidate" in report.failure

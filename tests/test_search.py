@@ -372,3 +372,38 @@ def test_resources_beyond_the_cluster_are_one_line_at_start(tmp_path, resources,
     errors = [line for line in result.output.splitlines() if line.startswith("error")]
     assert errors == [f"error: {message}"] and "Traceback" not in result.output
     assert time.time() - started < 60
+
+
+class Slowed:
+    """The parent with a busy loop in its entry (a new kernel every time): clearly slower than the best."""
+
+    name, arity, uses_llm = "slowed", 1, False
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def __call__(self, parents, context):
+        self.made += 1
+        spin = f"  for (volatile int spin = 0; spin < {300000 + self.made}; spin++) {{}}\n"
+        return Proposal(source=ORIGINAL.replace(ENTRY, ENTRY + spin), operator=self.name, parent_ids=[parents[0].id])
+
+
+@pytest.mark.parametrize("reuse", [600, None])
+def test_children_far_below_the_best_are_screened_against_reused_reference_times(tmp_path, reuse):
+    """With `reference_reuse_s`, the seed is timed interleaved and the slower children are screened alone
+    against its reference times; the best fitness always comes from an interleaved timing. Without it,
+    nothing is screened."""
+    config = load_config(make_config(tmp_path, budget={"evaluations": 4}, reference_reuse_s=reuse))
+    Search(config, tmp_path / "run", operator_set={"slowed": (Slowed(), 1.0)}, retime_best=False).run()
+    with Store(tmp_path / "run", readonly=True) as store:
+        rows = [store.individual(row.id) for row in store.individuals()]
+        best = store.best(1)[0]
+    assert len(rows) == 4 and all(row.status == "correct" for row in rows)
+    screened = [row for row in rows if row.report["reference_reused"]]
+    assert not best.report["reference_reused"]
+    if reuse is None:
+        assert not screened
+    else:
+        assert {row.operator for row in screened} == {"slowed"} and len(screened) == 3, \
+            [(row.id, row.fitness, row.report["reference_reused"]) for row in rows]
+        assert all(row.fitness < 0.97 * best.fitness for row in screened)

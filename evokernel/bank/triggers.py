@@ -35,11 +35,13 @@ def needs_recheck(parent_fitness: float | None, child_fitness: float | None, rep
 
 
 def recheck_options(options, config: TriggerConfig, rng: random.Random):
-    """CheckOptions for the re-check: at least `config.recheck_trials` trials and a seed never used before."""
+    """CheckOptions for the re-check: at least `config.recheck_trials` trials, a seed never used before, and
+    the speed reference timed interleaved."""
     seed = rng.randrange(1, 2 ** 31)
     while seed == options.seed:
         seed = rng.randrange(1, 2 ** 31)
-    return dataclasses.replace(options, trials=max(options.trials, config.recheck_trials), seed=seed)
+    return dataclasses.replace(options, trials=max(options.trials, config.recheck_trials), seed=seed,
+                               reference_reuse_s=None)
 
 
 class TriggerMonitor:

@@ -35,6 +35,10 @@ class CheckOptions:
     compile_timeout_s: float = 180.0
     memory_limit_gb: float | None = None  # None: half of this machine's memory, at least 4 GiB
     warm_worker: bool = False  # start the next check's worker now (searches: start-up off the critical path)
+    # Screening (searches): the candidate timed alone against the speed reference's times from an interleaved
+    # check in this process (one GPU) at most this many seconds old; None: always interleaved.
+    reference_reuse_s: float | None = None
+    confirm_above: float | None = None  # a screened geomean speedup at least this is timed interleaved after all
 
     def memory_limit_bytes(self) -> int:
         if self.memory_limit_gb is not None:
@@ -86,6 +90,20 @@ def _resolve_speed_reference(task: Task, speed_reference: str) -> tuple[str, Pat
     return "file", result.library
 
 
+# Speed-reference medians of the last interleaved check in this process, by (task, scenario set, speed
+# reference, visible GPUs): (when measured, one median per scenario). A search's evaluation slot is one
+# process holding one GPU, so these are times of that GPU.
+_REFERENCE_TIMES: dict[tuple, tuple[float, list[float]]] = {}
+
+
+def _reusable_reference_ms(key: tuple, options: CheckOptions) -> list[float] | None:
+    if options.reference_reuse_s is None or options.baselines or not options.time_kernels or key not in _REFERENCE_TIMES:
+        return None
+    measured_at, medians = _REFERENCE_TIMES[key]
+    fresh = time.time() - measured_at <= options.reference_reuse_s and all(ms and ms > 0 for ms in medians)
+    return medians if fresh else None
+
+
 def check_source(source: str, task: Task | str, options: CheckOptions | None = None,
                  kernel_name: str = "<source>") -> CheckReport:
     """Check kernel source text; never raises for a bad kernel (only for bad options)."""
@@ -121,11 +139,17 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         "tolerance": {"factor": task.tolerance_factor, "floor": task.tolerance_floor},
         "floors_ms": [task.roofline_floor_ms(s) for s in scenarios], "min_limit_s": MIN_STEP_LIMIT_S[task.backend],
     }
+    reference_key = (str(task.directory), options.scenario_set, options.speed_reference,
+                     os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    request["reference_ms"] = _reusable_reference_ms(reference_key, options)
+    request["confirm_above"] = options.confirm_above
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
                          START_LIMIT_S[task.backend], devices=task.backend == "cuda", keep_warm=options.warm_worker,
                          task_dir=task.directory)
     report.check_seconds = round(time.perf_counter() - started, 3)
     judge(report, outcome, task, scenarios, request)
+    if report.correct and request["time"] and not report.reference_reused and not options.baselines:
+        _REFERENCE_TIMES[reference_key] = (time.time(), [s.original_time_ms for s in report.scenarios])
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})
     # worker start: process start, runtime import (torch), device context, loading the kernels
     report.phase_seconds = {"build": report.build_seconds or 0.0,

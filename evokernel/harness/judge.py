@@ -25,7 +25,7 @@ from evokernel.harness import values
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
 from evokernel.harness.supervisor import WorkerOutcome
 from evokernel.harness.task import Task, sampled_elements
-from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, RETIME_CALL, timing_call
+from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, call_phase, must_confirm, timing_call
 
 # (absolute, relative) by dtype: sampled elements must match the parent's own values this closely (a
 # forgery check; the worker's bound on the error against the reference is the real correctness check)
@@ -96,7 +96,7 @@ def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: li
         failure = "the worker's report leaves scenarios unverified"
     if failure is None:
         try:
-            _cross_check(results, by_type, task, scenarios, request)
+            report.reference_reused = _cross_check(results, by_type, task, scenarios, request) == {"screening"}
         except Forged as exc:
             failure = f"the harness's cross-check failed: {exc}"
         except Refused as exc:
@@ -142,7 +142,9 @@ def _regenerated(task: Task, scenario, seed: int, distribution: str, offsets: tu
     return task.reference_at(scenario, sampled_elements(task, scenario, seed, offsets), fetch)
 
 
-def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scenarios: list, request: dict) -> None:
+def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scenarios: list, request: dict) -> set[str]:
+    """Check what the worker reported against the parent's own references and clock; returns the timing
+    phases the scenarios' times came from."""
     chooser = random.SystemRandom()  # the worker cannot know which messages are checked
     seed = request["seed"]
     trials = defaultdict(list)
@@ -151,6 +153,7 @@ def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scena
     calls = defaultdict(list)
     for message in by_type["call"] + by_type["full-check"]:
         calls[message.data["index"]].append(message)
+    phases = []
     for index, scenario in enumerate(scenarios):
         got = trials[index]
         if sorted(t["call"] for t in got) != list(range(request["trials"])):
@@ -164,30 +167,44 @@ def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scena
             raise Forged(f"{scenario.name}: sampled outputs of verification trial {call + 1} do not match the "
                          "parent's own reference")
         if request["time"]:
-            _check_timing(results[index], scenario, index, calls[index], task, request, chooser)
+            phases.append(_check_timing(results[index], scenario, index, calls[index], task, request, chooser))
+    if phases and set(phases) == {"screening"} and must_confirm([r.time_ms for r in results], request):
+        raise Forged("the candidate's screened times called for timing it interleaved with the speed reference, "
+                     "and that timing is missing")
+    if "screening" in phases and len(set(phases)) > 1:
+        raise Forged("some scenarios were timed interleaved and others only screened")
+    return set(phases)
 
 
 def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, task: Task,
-                  request: dict, chooser: random.Random) -> None:
-    messages = sorted(messages, key=lambda m: m.arrived)
-    retimed = [m for m in messages if m.data["call"] >= RETIME_CALL]
-    sequence = retimed or [m for m in messages if m not in retimed]  # calls and full-check markers, in order
+                  request: dict, chooser: random.Random) -> str:
+    """Check one scenario's timed calls and fill its times; returns the timing phase they came from (the
+    re-timing below the roofline, else the interleaved timing, else the screening against reused times)."""
+    by_phase = defaultdict(list)  # calls and full-check markers, in order of arrival
+    for message in sorted(messages, key=lambda m: m.arrived):
+        by_phase[call_phase(message.data["call"])].append(message)
+    phase = next((p for p in ("re-timing", "timing", "screening") if by_phase[p]), None)
+    if None in by_phase:
+        raise Forged(f"{scenario.name}: timed call {by_phase[None][0].data['call']} does not follow the protocol")
+    if phase is None or (phase == "screening" and not request.get("reference_ms")):
+        raise Forged(f"{scenario.name}: no timed calls of the candidate reported")
+    sequence, retimed = by_phase[phase], phase == "re-timing"
     batch = [m for m in sequence if m.data["type"] == "call"]
     if len(sequence) - len(batch) > FULL_CHECKS_PER_SCENARIO:
         raise Forged(f"{scenario.name}: {len(sequence) - len(batch)} full checks reported")
     kernels = list(dict.fromkeys(m.data["kernel"] for m in batch))
-    if not batch or kernels[0] != "candidate":
+    if not batch or kernels[0] != "candidate" or (phase == "screening" and kernels != ["candidate"]):
         raise Forged(f"{scenario.name}: no timed calls of the candidate reported")
     rounds = len(batch) // len(kernels)
     if rounds < min(5, request["rounds"]) or rounds > request["rounds"] or rounds * len(kernels) != len(batch):
         raise Forged(f"{scenario.name}: {len(batch)} timed calls of {len(kernels)} kernels reported")
-    base_seed = values.mix(request["seed"], index, RETIME_CALL - 1 if retimed else 999)
+    base_seed = values.mix(request["seed"], index, PHASE_CALLS[phase] - 1)
     offsets = values.call_offsets([(t.shape, t.roll_axis) for t in task.inputs(scenario)], base_seed, len(batch))
     for message in batch:
         data = message.data
         kernel_index = kernels.index(data["kernel"])
-        round_index = (data["call"] - timing_call(0, kernel_index, bool(retimed))) // 16
-        if not 0 <= round_index < rounds or data["call"] != timing_call(round_index, kernel_index, bool(retimed)) \
+        round_index = (data["call"] - timing_call(0, kernel_index, phase)) // 16
+        if not 0 <= round_index < rounds or data["call"] != timing_call(round_index, kernel_index, phase) \
                 or data["offsets"] != list(offsets[round_index * len(kernels) + kernel_index]) or not data["ms"] > 0:
             raise Forged(f"{scenario.name}: timed call {data['call']} does not follow the protocol")
     candidate_calls = [m.data for m in batch if m.data["kernel"] == "candidate"]
@@ -200,7 +217,8 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
     times = {k: [m.data["ms"] for m in batch if m.data["kernel"] == k] for k in kernels}
     _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])
     result.time_ms = float(np.median(times["candidate"]))
-    result.original_time_ms = float(np.median(times["reference"])) if "reference" in times else None
+    result.original_time_ms = (float(np.median(times["reference"])) if "reference" in times
+                               else request["reference_ms"][index] if phase == "screening" else None)
     q1, q3 = np.percentile(times["candidate"], [25, 75])
     result.spread = float((q3 - q1) / result.time_ms)
     result.baselines_ms = {name: (float(np.median(times[name])) if name in times else None)
@@ -213,6 +231,7 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
         result.error = (f"faster than the roofline allows ({result.time_ms:.4g} ms against a floor of {floor:.4g} ms"
                         f"{', also when re-timed on fresh inputs' if retimed else ''})")
         raise Refused(f"{scenario.name}: {result.error}")
+    return phase
 
 
 def _check_wall_clock(scenario, sequence: list, times: dict[str, list[float]],

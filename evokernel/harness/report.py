@@ -37,6 +37,7 @@ class CheckReport:
     geomean_speedup: float | None = None
     failure: str | None = None  # first reason for rejection, null when correct
     speed_reference: str = "original"
+    reference_reused: bool = False  # speedups against the speed reference's times of an earlier check on this GPU
     scenarios: list[ScenarioResult] = field(default_factory=list)
     build_seconds: float | None = None
     build_log: str = ""

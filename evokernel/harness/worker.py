@@ -38,7 +38,10 @@ LIMIT_FACTOR = 50.0  # a step may take this many times the original's time befor
 # Sampled elements of a timed call are held to this multiple of the scenario's verification bound (the bound
 # was derived from other inputs; a stale or cached answer is off by far more).
 ROW_BOUND_FACTOR = 2.0
-RETIME_CALL = 10_000  # call numbers of a re-timing (below the roofline) start here
+# Call numbers of each timing phase start at its base: the interleaved timing, the re-timing of a kernel
+# below the roofline, and the screening of a candidate alone against speed-reference times reused from an
+# earlier interleaved check on this GPU (see `Worker.run`).
+PHASE_CALLS = {"timing": 1000, "re-timing": 10_000, "screening": 20_000}
 CUDA_FAILURES = (("illegal memory access", "illegal memory access"), ("misaligned address", "misaligned address"),
                  ("illegal instruction", "illegal instruction"), ("unspecified launch failure", "launch failure"),
                  ("launch timed out", "launch timed out"), ("out of memory", "ran out of device memory"),
@@ -49,8 +52,13 @@ class Rejected(Exception):
     """The candidate failed a check; the message says which."""
 
 
-def timing_call(round_index: int, kernel_index: int, retime: bool) -> int:
-    return (RETIME_CALL if retime else 1000) + 16 * round_index + kernel_index
+def timing_call(round_index: int, kernel_index: int, phase: str) -> int:
+    return PHASE_CALLS[phase] + 16 * round_index + kernel_index
+
+
+def call_phase(call: int) -> str | None:
+    """The timing phase a call number belongs to (None: no timing phase's)."""
+    return max(((base, phase) for phase, base in PHASE_CALLS.items() if call >= base), default=(0, None))[1]
 
 
 class Channel:
@@ -212,15 +220,17 @@ class Worker:
         return bounds, worst
 
     # -- speed ------------------------------------------------------------------------------
-    def time(self, scenario, index: int, bounds: dict[str, float], retime: bool) -> float:
+    def time(self, scenario, index: int, bounds: dict[str, float], phase: str) -> float:
         """Interleaved timed calls, each on inputs no call has seen and poisoned outputs; every call's
-        event time goes to the parent as it happens (the parent computes medians and spreads)."""
+        event time goes to the parent as it happens (the parent computes medians and spreads). Screening
+        times the candidate alone."""
         backend, req = self.backend, self.request
-        self.step(("re-timing (below the roofline) of " if retime else "timing of ") + self.scenario_name)
-        base_seed = self.scenario_seed(index, RETIME_CALL - 1 if retime else 999)
+        self.step(f"{phase} of {self.scenario_name}")
+        base_seed = self.scenario_seed(index, PHASE_CALLS[phase] - 1)
         base = backend.make_inputs(self.task.arguments(scenario), scenario, base_seed, "normal", self.task.dtype)
         inputs = self.fresh_inputs(scenario, base_seed ^ 1, "normal")
-        kernels = {"candidate": self.candidate, "reference": self.speed_reference, **self.baselines}
+        kernels = {"candidate": self.candidate} if phase == "screening" else \
+            {"candidate": self.candidate, "reference": self.speed_reference, **self.baselines}
         names = [name for name, fn in kernels.items() if getattr(fn, "supports", lambda s: True)(scenario)]
         writes_output = {"candidate"} | ({"reference"} if req["speed_reference"] in ("original", "file") else set())
         candidate_ms = []
@@ -235,12 +245,12 @@ class Worker:
         offsets = values.call_offsets(rolled, base_seed, rounds * len(names))
         full_checks = set(random.SystemRandom().sample(range(rounds), min(FULL_CHECKS_PER_SCENARIO, rounds)))
         row_bounds = {name: ROW_BOUND_FACTOR * bound for name, bound in bounds.items()}
-        self.step(f"timing of {self.scenario_name} ({rounds} rounds)", calls=len(names))
+        self.step(f"{phase} of {self.scenario_name} ({rounds} rounds)", calls=len(names))
         for round_index in range(rounds):
             order = names[round_index % len(names):] + names[:round_index % len(names)]
             for name in order:
                 kernel_index = names.index(name)
-                call = timing_call(round_index, kernel_index, retime)
+                call = timing_call(round_index, kernel_index, phase)
                 roll = offsets[round_index * len(names) + kernel_index]
                 backend.roll_inputs(inputs, base, roll)
                 backend.poison_outputs(inputs)
@@ -292,21 +302,50 @@ class Worker:
         self.seconds["verification"] = time.perf_counter() - started
         started = time.perf_counter()
         if len(bounds) == len(scenarios) and self.request.get("time", True):
-            for index, scenario in enumerate(scenarios):
-                self.scenario_name = scenario.name
-                try:
-                    median_ms = self.time(scenario, index, bounds[index], retime=False)
-                except Rejected as exc:
-                    self.channel.send("rejected", index=index, error=str(exc))
-                    break
-                if median_ms < self.request["floors_ms"][index]:
-                    try:
-                        self.time(scenario, index, bounds[index], retime=True)
-                    except Rejected as exc:
-                        self.channel.send("rejected", index=index, error=f"faster than the roofline and then {exc}")
-                        break
+            if not self.request.get("reference_ms") or self.screen(scenarios, bounds):
+                self.time_all(scenarios, bounds)
         self.seconds["timing"] = time.perf_counter() - started
         self.channel.send("done", seconds={name: round(value, 3) for name, value in self.seconds.items()})
+
+    def time_all(self, scenarios: list, bounds: dict[int, dict[str, float]]) -> None:
+        """Every scenario interleaved with the speed reference (and a kernel below the roofline again)."""
+        for index, scenario in enumerate(scenarios):
+            self.scenario_name = scenario.name
+            try:
+                median_ms = self.time(scenario, index, bounds[index], "timing")
+            except Rejected as exc:
+                self.channel.send("rejected", index=index, error=str(exc))
+                return
+            if median_ms < self.request["floors_ms"][index]:
+                try:
+                    self.time(scenario, index, bounds[index], "re-timing")
+                except Rejected as exc:
+                    self.channel.send("rejected", index=index, error=f"faster than the roofline and then {exc}")
+                    return
+
+    def screen(self, scenarios: list, bounds: dict[int, dict[str, float]]) -> bool:
+        """The candidate alone on every scenario, against the speed reference's times of an earlier check on
+        this GPU (`reference_ms`); returns whether it must be timed interleaved after all: its screened
+        geomean speedup reaches `confirm_above`, or a scenario is below the roofline. The parent holds the
+        worker to the same rule."""
+        medians = []
+        for index, scenario in enumerate(scenarios):
+            self.scenario_name = scenario.name
+            try:
+                medians.append(self.time(scenario, index, bounds[index], "screening"))
+            except Rejected as exc:
+                self.channel.send("rejected", index=index, error=str(exc))
+                return False
+        return must_confirm(medians, self.request)
+
+
+def must_confirm(screened_ms: list[float], request: dict) -> bool:
+    """Whether screened candidate times call for the interleaved timing (the rule the parent checks too)."""
+    reused, threshold = request["reference_ms"], request.get("confirm_above")
+    if any(ms < floor for ms, floor in zip(screened_ms, request["floors_ms"])):
+        return True
+    speedup = math.exp(sum(math.log(r / ms) for r, ms in zip(reused, screened_ms)) / len(screened_ms))
+    return threshold is not None and speedup >= threshold
 
 
 def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str:

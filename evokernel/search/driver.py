@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -40,6 +41,10 @@ from evokernel.store import Individual, normalized_hash
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
+# A child screened against reused speed-reference times within this fraction of the best fitness is timed
+# interleaved: reused times may be off by a percent or so, and whatever could become the best is measured as
+# `evokernel check` measures it.
+CONFIRM_MARGIN = 0.03
 
 
 @dataclass
@@ -106,6 +111,7 @@ class Search:
         self.monitor = TriggerMonitor(config.triggers, self.store)
         self.check_options = CheckOptions(scenario_set=config.scenarios, speed_reference=config.speed_reference,
                                           trials=config.trials, timeout_s=config.resources.evaluation_timeout_s,
+                                          reference_reuse_s=config.reference_reuse_s,
                                           warm_worker=True)  # each evaluation slot keeps its next worker started
         self.proposing: dict[Future, Job] = {}
         self.evaluator: Evaluator | None = None  # started by run()
@@ -288,12 +294,19 @@ class Search:
         while self.queue and self.evaluator.free_slots() and not self._over_time_or_money():
             item = self.queue.popleft()
             self.islands.setdefault(item.id, item.island)
-            options = None
             if item.recheck:
                 options = recheck_options(self.check_options, self.config.triggers, self.rng)
             else:
+                options = self._screening_options()
                 self.store.update_individual(item.id, status="running", started_at=time.time())
             self.evaluator.submit(item.id, item.source, f"individual {item.id}", options)
+
+    def _screening_options(self) -> CheckOptions:
+        """This child's options: a child screened within CONFIRM_MARGIN of the best fitness so far is timed
+        interleaved with the speed reference (before any best, every child is)."""
+        best = self.store.best(1)
+        threshold = best[0].fitness * (1 - CONFIRM_MARGIN) if best and best[0].fitness else 0.0
+        return dataclasses.replace(self.check_options, confirm_above=threshold)
 
     def _parent_fitness(self, row: Individual) -> float | None:
         return self.store.individual(row.parent_ids[0]).fitness if row.parent_ids else None

@@ -33,7 +33,8 @@ def retime_best(store: Store, evaluator: Evaluator, task: Task, options: CheckOp
 
     rounds = RETIME_ROUND_FACTOR * DEFAULT_ROUNDS.get(task.backend, 10)
     reference = store.source_path(seed.source_hash, seed.language).resolve()
-    options = dataclasses.replace(options, speed_reference=str(reference), rounds=rounds, seed=None)
+    options = dataclasses.replace(options, speed_reference=str(reference), rounds=rounds, seed=None,
+                                  reference_reuse_s=None)
     announce(f"re-timing the best kernel #{best.id} against the seed #{seed.id} ({rounds} rounds)")
     evaluator.submit(("retime", best.id), store.source(best), f"individual {best.id} against seed {seed.id}", options)
     finished = []
