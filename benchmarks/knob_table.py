@@ -23,6 +23,7 @@ import platform
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evokernel.harness import CheckOptions, check_source, get_task  # noqa: E402
+from evokernel.harness.check import build_checked  # noqa: E402
 from evokernel.mutations.knobs import parse_knobs, set_knobs  # noqa: E402
 
 RESULT_COLUMNS = ["correct", "fitness", "spread", "failure", "check_s"]
@@ -92,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
                         help="restrict the space: keep this knob at one value (repeatable)")
     parser.add_argument("--stop-after-s", type=float, help="stop starting new checks after this many seconds")
+    parser.add_argument("--reference-reuse-s", type=float,
+                        help="screen each combination against the speed reference's times from the last interleaved "
+                             "check in this process at most this old (as a search does; faster, about 0.5%% off)")
+    parser.add_argument("--build-jobs", type=int, default=1,
+                        help="compile the combinations still to do this many at a time first (into the build cache)")
     parser.add_argument("--shard", default="1/1", metavar="K/N",
                         help="measure every N-th combination still to do, from the K-th (one process per GPU, "
                              "each with its own --out; concatenate the files after)")
@@ -108,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     todo = [c for c in combos[shard - 1::shards] if tuple(c[n] for n in names) not in done]
     print(f"{len(combos)} combinations, {len(done)} already in {args.out}, {len(todo)} to measure", flush=True)
     options = CheckOptions(scenario_set=args.scenarios, speed_reference=args.speed_reference, trials=args.trials,
-                           rounds=args.rounds, warm_worker=True)
+                           rounds=args.rounds, warm_worker=True, reference_reuse_s=args.reference_reuse_s)
+    if args.build_jobs > 1:  # the checks then find every build in the cache
+        with ThreadPoolExecutor(args.build_jobs) as pool:
+            list(pool.map(lambda combo: build_checked(set_knobs(source, combo), task, "candidate"), todo))
+        print(f"built {len(todo)} combinations, {args.build_jobs} at a time", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new_file = not args.out.is_file()
     started, loads = time.time(), [load_average()]

@@ -77,14 +77,15 @@ class SlowVariant(Variant):
         return super().__call__(parents, context)
 
 
-def steady_busy_fraction(run_dir: Path, slots: int) -> float | None:
-    """Busy share of the slots from the first child's start to the last finish (the seed excluded)."""
+def steady_state(run_dir: Path, slots: int) -> tuple[float | None, float | None]:
+    """From the first child's start to the last finish (the seeds excluded): the slots' busy share, and
+    children evaluated per minute."""
     with Store(run_dir, readonly=True) as store:
         rows = [r for r in store.individuals() if r.operator != "seed" and r.finished_at and r.started_at]
-    if not rows:
-        return None
-    span = max(r.finished_at for r in rows) - min(r.started_at for r in rows)
-    return sum(r.finished_at - r.started_at for r in rows) / (span * slots) if span > 0 else None
+    span = max(r.finished_at for r in rows) - min(r.started_at for r in rows) if rows else 0
+    if span <= 0:
+        return None, None
+    return sum(r.finished_at - r.started_at for r in rows) / (span * slots), 60 * len(rows) / span
 
 
 def phase_medians(run_dir: Path) -> dict[str, float | None]:
@@ -132,6 +133,7 @@ def run_once(args, operator, evaluations: int, concurrency: int, slots: int, run
     result = Search(config, run_dir, operator_set={operator.name: (operator, 1.0)}, retime_best=False).run()
     wall = time.time() - started
     stats = result.stats
+    busy_steady, per_minute_steady = steady_state(run_dir, stats.slots)
     with Store(run_dir, readonly=True) as store:
         for row in store.individuals():
             if row.failure:
@@ -142,7 +144,7 @@ def run_once(args, operator, evaluations: int, concurrency: int, slots: int, run
         "evals/min/slot": 60 * stats.evaluations / wall / stats.slots if wall else None,
         "driver ms/eval": 1e3 * stats.overhead_per_evaluation_s if stats.overhead_per_evaluation_s else None,
         "busy (all)": stats.busy_fraction,
-        "busy (steady)": steady_busy_fraction(run_dir, stats.slots),
+        "busy (steady)": busy_steady, "evals/min (steady)": per_minute_steady,
         "rejected": sum(stats.failures.values()), "screened": screened_share(run_dir), "wall s": wall,
         **phase_medians(run_dir),
     }
@@ -175,7 +177,7 @@ def fmt(value, spec: str) -> str:
 
 FORMATS = {"worker start s": ".2f", "device start s": ".2f", "verification s": ".2f", "timing s": ".2f",
            "outside checks s": ".2f", "evals/min": ".1f",
-           "evals/min/slot": ".1f", "screened": ".0%", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%",
+           "evals/min/slot": ".1f", "evals/min (steady)": ".1f", "screened": ".0%", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%",
            "wall s": ".1f"}
 
 
