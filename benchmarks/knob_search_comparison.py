@@ -208,6 +208,7 @@ class KernelTunerSearch:
         self.tune_kernel = kernel_tuner.tune_kernel
         self.table, self.strategy, self.cache = table, strategy, cache
         self.params = json.loads(cache.read_text())["tune_params"]
+        self.crashes: dict[int, int] = {}  # budget -> runs in which the strategy raised (they found nothing)
 
     def trajectories(self, budgets: list[int], seed: int) -> dict[int, list[float]]:
         return {budget: self.run(budget, seed) for budget in budgets}
@@ -217,11 +218,15 @@ class KernelTunerSearch:
         np.random.seed(seed)
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            results, _ = self.tune_kernel(
-                "evk_attention_fwd", "/* replayed from the knob table */", 1, [], self.params,
-                strategy=self.strategy, strategy_options={"max_fevals": budget}, cache=str(self.cache),
-                simulation_mode=True, objective="fitness", objective_higher_is_better=True, quiet=True,
-                verbose=False)
+            try:
+                results, _ = self.tune_kernel(
+                    "evk_attention_fwd", "/* replayed from the knob table */", 1, [], self.params,
+                    strategy=self.strategy, strategy_options={"max_fevals": budget}, cache=str(self.cache),
+                    simulation_mode=True, objective="fitness", objective_higher_is_better=True, quiet=True,
+                    verbose=False)
+            except Exception:  # a strategy's own failure (diff_evo on a small budget): it found nothing
+                self.crashes[budget] = self.crashes.get(budget, 0) + 1
+                return []
         seen: dict[str, float] = {}
         for result in results:
             key = ",".join(str(result[name]) for name in self.params)
@@ -330,10 +335,14 @@ def compare(table: KnobTable, budgets: list[int], repetitions: int, kt_strategie
         runs = [search.trajectories(budgets, first_seed + rep) for rep in range(repetitions)]
         found[name] = {budget: [run[budget] for run in runs] for budget in budgets}
         print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    crashed = [f"{name} raised in {sum(search.crashes.values())} runs (budgets "
+               f"{', '.join(map(str, sorted(search.crashes)))}; counted as finding nothing)"
+               for name, search in searches.items() if getattr(search, "crashes", None)]
     reasons = sorted(set(evokernel.stopped_early))
     waste = (f"evokernel at budget {max(budgets)}: {np.median(evokernel.wasted):g} proposals dropped per run "
              f"(median; duplicates of known kernels or failed), {len(evokernel.stopped_early)} of {evokernel.runs} "
-             f"runs ended before the budget" + (f" ({'; '.join(reasons)})" if reasons else ""))
+             f"runs ended before the budget" + (f" ({'; '.join(reasons)})" if reasons else "")
+             + "".join(f"; {line}" for line in crashed))
     return found, waste
 
 
