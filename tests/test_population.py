@@ -44,6 +44,23 @@ def test_selection_prefers_two_different_parents():
         assert len({p.id for p in parents}) == 2
 
 
+def test_later_parents_are_drawn_among_the_first_ones_mates():
+    """Crossover partners: with `mates`, the second parent is one the first accepts; with none in the
+    island, one parent comes back (the search then uses another operator)."""
+    population = Population(size=6, rng=random.Random(0))
+    for i, (source, speed) in enumerate([("a", 1.0), ("a", 1.1), ("b", 1.2), ("b", 1.3)]):
+        population.add(make_kernel(source, i, True, speed))
+    same_source = lambda first, other: first.source == other.source  # noqa: E731
+    random.seed(5)
+    for _ in range(30):
+        _, parents = population.select(2, same_source)
+        assert len(parents) == 2 and parents[0].source == parents[1].source and parents[0].id != parents[1].id
+    alone = Population(size=6, rng=random.Random(0))
+    for i, source in enumerate("ab"):
+        alone.add(make_kernel(source, i, True, 1.0 + i))
+    assert len(alone.select(2, same_source)[1]) == 1
+
+
 def test_ring_migration_copies_the_best_to_the_next_island():
     population = Population(size=4, islands=2, migration_interval=5, migrants=1, rng=random.Random(0))
     for i, speed in enumerate([1.0, 2.0, 0.5, 0.6, 0.7, 0.8]):

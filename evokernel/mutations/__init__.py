@@ -67,6 +67,10 @@ class Context:
 
 
 class Operator(Protocol):
+    """What the search calls. An operator of arity 2 or more may also define `mates(first, other) -> bool`
+    (both the population's kernels, with `.source`): its later parents are then drawn only among the
+    kernels it accepts with the first (knob crossover needs the same knobs)."""
+
     name: str
     arity: int  # parents it takes
     uses_llm: bool

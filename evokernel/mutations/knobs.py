@@ -183,6 +183,16 @@ class KnobCrossover(_KnobOperator):
                         parent_ids=[first.id, second.id], knobs=child)
 
     @staticmethod
+    def mates(first, other) -> bool:
+        """A second parent has the first's knobs (names and allowed values) with other values."""
+        try:
+            a, b = parse_knobs(first.source), parse_knobs(other.source)
+        except KnobError:
+            return False
+        return ({n: k.values for n, k in a.items()} == {n: k.values for n, k in b.items()}
+                and any(a[n].value != b[n].value for n in a))
+
+    @staticmethod
     def _source(first: Parent, second: Parent, child: dict[str, str]) -> str:
         try:
             return set_knobs(first.source, child)

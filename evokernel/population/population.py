@@ -10,7 +10,7 @@ Rejected kernels never join: they have nothing to offer selection (the gated fit
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from deap import tools
@@ -71,16 +71,25 @@ class Population:
         contenders = self.rng.sample(candidates, min(self.tournament_size, len(candidates)))
         return tools.selWorst(contenders, 1)[0]
 
-    def select(self, count: int) -> tuple[int, list[Kernel]]:
-        """`count` parents by tournament from one island (chosen at random among non-empty ones)."""
+    def select(self, count: int, mates: Callable[[Kernel, Kernel], bool] | None = None) -> tuple[int, list[Kernel]]:
+        """`count` parents by tournament from one island (chosen at random among non-empty ones). Later
+        parents differ from the first and, with `mates`, are ones it accepts with the first; fewer than
+        `count` come back when the island holds none."""
         filled = [i for i, island in enumerate(self.islands) if island]
         if not filled:
             raise ValueError("the population is empty")
         island = self.rng.choice(filled)
         members = self.islands[island]
         parents = tools.selTournament(members, count, min(self.tournament_size, len(members)))
-        if count > 1 and len(members) > 1 and len({p.id for p in parents}) == 1:
-            others = [k for k in members if k.id != parents[0].id]  # two different parents when possible
+        first = parents[0]
+
+        def fits(kernel: Kernel) -> bool:
+            return kernel.id != first.id and (mates is None or mates(first, kernel))
+
+        if not all(fits(p) for p in parents[1:]):
+            others = [k for k in members if fits(k)]
+            if not others:
+                return island, [first]
             parents[1:] = tools.selTournament(others, count - 1, min(self.tournament_size, len(others)))
         return island, parents
 

@@ -169,8 +169,14 @@ class Search:
                  and self.ops[n].arity <= len(self.population)]  # no crossover of a kernel with itself
         if not names:
             return None
-        name = self.rng.choices(names, weights=[self.weights[n] for n in names])[0]
-        island, parents = self.population.select(self.ops[name].arity)
+        while True:  # an operator whose parents the island cannot provide gives way to another
+            name = self.rng.choices(names, weights=[self.weights[n] for n in names])[0]
+            island, parents = self.population.select(self.ops[name].arity, getattr(self.ops[name], "mates", None))
+            if len(parents) == self.ops[name].arity:
+                break
+            names.remove(name)
+            if not names:
+                return None
         trigger = self.monitor.active() if self.ops[name].uses_llm else "default"
         return Job(name, [parent_view(self.store, p) for p in parents], island, 1 + max(p.generation for p in parents),
                     trigger)
