@@ -227,7 +227,8 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
             pass
         messages, failure = _collect(worker.proc, worker.reader, started, timeout_s, memory_limit_bytes,
                                      start_limit_s)
-        _end(worker.proc)
+        reported = bool(messages) and messages[-1].data["type"] == "done"
+        _end(worker.proc, reported)
         if keep_warm:
             if key not in _WARM:
                 _WARM[key] = _start(*key)
@@ -235,7 +236,7 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         worker.drain.join(timeout=2)
         seconds = time.perf_counter() - started
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]
-        if failure is None and worker.proc.returncode not in (0, None):
+        if failure is None and not reported and worker.proc.returncode not in (0, None):
             failure = _exit_reason(worker.proc.returncode, worker.box.enforced)
         return WorkerOutcome(messages, failure, text, seconds, worker.box)
     finally:
@@ -302,11 +303,14 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def _end(proc: subprocess.Popen) -> None:
-    """Let the worker exit, then take down anything it left in its session (the PID namespace dies with it)."""
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
+def _end(proc: subprocess.Popen, reported: bool) -> None:
+    """Take down the worker and anything it left in its session (the PID namespace dies with it): at once
+    when it has `reported` everything (its interpreter's and device context's teardown, and any exit
+    handler of a candidate, are nobody's business), else after letting it exit."""
+    if not reported:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
     _kill(proc)
     proc.wait()
