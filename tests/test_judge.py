@@ -15,9 +15,8 @@ from evokernel.harness.report import CheckReport
 TASK = get_task("attention-fwd-cpu")
 
 
-@pytest.fixture(scope="module")
-def honest():
-    """(outcome, request, report) of a real check of the original kernel."""
+def recorded_check(options: CheckOptions):
+    """(outcome, request, report) of a real check of the original kernel, the worker's outcome kept."""
     seen = {}
     real = check_module.run_worker
 
@@ -28,11 +27,18 @@ def honest():
 
     check_module.run_worker = recording
     try:
-        report = check_kernel(TASK.original, TASK, CheckOptions(scenario_set="quick", rounds=5))
+        report = check_kernel(TASK.original, TASK, options)
     finally:
         check_module.run_worker = real
-    assert report.correct, report.failure
     return seen["outcome"], seen["request"], report
+
+
+@pytest.fixture(scope="module")
+def honest():
+    """(outcome, request, report) of a real check of the original kernel."""
+    outcome, request, report = recorded_check(CheckOptions(scenario_set="quick", rounds=5))
+    assert report.correct, report.failure
+    return outcome, request, report
 
 
 def verdict(outcome, request, task=TASK) -> CheckReport:
@@ -139,27 +145,17 @@ def test_a_malformed_message_is_a_corrupted_channel_not_a_crash(honest):
 @pytest.fixture(scope="module")
 def screened():
     """(outcome, request, report) of a check screened against reused speed-reference times, never confirmed."""
-    seen = {}
-    real = check_module.run_worker
-
-    def recording(request, *args, **kwargs):
-        seen["request"] = request
-        seen["outcome"] = real(request, *args, **kwargs)
-        return seen["outcome"]
-
     options = CheckOptions(scenario_set="quick", rounds=5, reference_reuse_s=600)
     check_module._REFERENCE_TIMES.clear()
-    first = check_kernel(TASK.original, TASK, options)  # interleaved: nothing to reuse yet
-    check_module.run_worker = recording
     try:
-        report = check_kernel(TASK.original, TASK, options)
+        first = check_kernel(TASK.original, TASK, options)  # interleaved: nothing to reuse yet
+        outcome, request, report = recorded_check(options)
     finally:
-        check_module.run_worker = real
         check_module._REFERENCE_TIMES.clear()
     assert first.correct and not first.reference_reused, first.failure
     assert report.correct and report.reference_reused, report.failure
     assert [s.original_time_ms for s in report.scenarios] == [s.original_time_ms for s in first.scenarios]
-    return seen["outcome"], seen["request"], report
+    return outcome, request, report
 
 
 def test_a_screened_report_passes_as_screened(screened):
