@@ -3,6 +3,7 @@ skipping and resume after `kill -9` of the driver. Budgets are tiny so the file 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -424,3 +425,7 @@ def test_children_far_below_the_best_are_screened_against_reused_reference_times
         assert {row.operator for row in screened} == {"slowed"} and len(screened) == 3, \
             [(row.id, row.fitness, row.report["reference_reused"]) for row in rows]
         assert all(row.fitness < 0.97 * best.fitness for row in screened)
+        shown = CliRunner().invoke(main, ["show", str(tmp_path / "run"), str(screened[0].id)])
+        assert shown.exit_code == 0 and "screened: timed alone" in shown.output, shown.output
+    as_json = CliRunner().invoke(main, ["show", str(tmp_path / "run"), str(rows[-1].id), "--json"])
+    assert json.loads(as_json.output)["reference_reused"] is (reuse is not None)

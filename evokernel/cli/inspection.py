@@ -250,7 +250,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
                                ind.fitness if ind.status == "correct" else None),
                 "failure": lin.failure(ind.id), "source_file": lin.source_name(ind.id), "source": lin.source(ind.id),
                 "diffs": [{"parent": p.id, "diff": lin.diff(p.id, ind.id)} for p in parents],
-                "scenarios": lin.scenarios(ind.id),
+                "scenarios": lin.scenarios(ind.id), "reference_reused": lin.screened(ind.id),
                 "against_parents": [{"parent": p.id, "scenarios": [_delta_json(d) for d in lin.compare(p.id, ind.id)]}
                                     for p in parents],
                 "build_log": lin.build_log(ind.id), "llm_call": lin.llm_call(ind.id)})
@@ -278,6 +278,9 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
         rows = lin.scenarios(ind.id)
         if rows:
             print_table(console, *scenario_table(rows))
+            if lin.screened(ind.id):
+                console.print("[dim]screened: timed alone against the speed reference's times from an earlier "
+                              "interleaved check on the same GPU (it was not near the best)[/]", soft_wrap=True)
             if parents:
                 _print_deltas(f"against parent #{parents[0].id}", lin.compare(parents[0].id, ind.id),
                               f"#{parents[0].id}", f"#{ind.id}")

@@ -127,6 +127,11 @@ class Lineage:
         self.get(individual_id)
         return self._scenarios[individual_id]
 
+    def screened(self, individual_id: int) -> bool:
+        """Whether the kernel's speedups are against the speed reference's reused times (screened only)."""
+        report = self.store.individual(self.get(individual_id).id).report or {}
+        return bool(report.get("reference_reused"))
+
     def scenario_names(self) -> list[str]:
         """Scenario names in the order the harness ran them."""
         names: dict[str, None] = {}
