@@ -98,15 +98,16 @@ def test_crossover_needs_the_same_knob_set():
 
 def test_crossover_mates_are_kernels_with_the_same_knobs_and_other_values():
     """The search draws a crossover's second parent among these: the two attention seeds (different knob
-    sets) are never paired, two variants of one seed are."""
+    sets) are never paired, two variants of one seed two or more knobs apart are."""
     fa2 = Parent(id=1, source=get_task("attention-fwd").original.read_text(), fitness=0.56)
     hopper_path = Path(evokernel.__file__).parent / "defaults" / "attention_hopper.cu"
     hopper = Parent(id=2, source=hopper_path.read_text(), fitness=0.93)
-    variant = Parent(id=3, source=set_knobs(SOURCE, {"BLOCK": "8"}), fitness=1.0)
+    variant = Parent(id=3, source=set_knobs(SOURCE, {"BLOCK": "8", "UNROLL": "1"}), fitness=1.0)
     mates = KnobCrossover.mates
     assert not mates(fa2, hopper) and not mates(hopper, fa2)
     assert mates(Parent(id=4, source=SOURCE, fitness=1.0), variant)
-    assert not mates(variant, Parent(id=5, source=set_knobs(SOURCE, {"BLOCK": "8"}), fitness=1.0))  # same values
+    one_apart = Parent(id=5, source=set_knobs(SOURCE, {"BLOCK": "8"}), fitness=1.0)
+    assert not mates(variant, one_apart) and not mates(one_apart, Parent(id=7, source=SOURCE, fitness=1.0))
     assert not mates(variant, Parent(id=6, source=SOURCE.replace("// @knob 0,1", "// @knob 0,1,2"), fitness=1.0))
 
 

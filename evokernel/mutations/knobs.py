@@ -184,13 +184,14 @@ class KnobCrossover(_KnobOperator):
 
     @staticmethod
     def mates(first, other) -> bool:
-        """A second parent has the first's knobs (names and allowed values) with other values."""
+        """A second parent has the first's knobs (names and allowed values) and differs in two values or
+        more: parents one knob apart have no child but themselves."""
         try:
             a, b = parse_knobs(first.source), parse_knobs(other.source)
         except KnobError:
             return False
         return ({n: k.values for n, k in a.items()} == {n: k.values for n, k in b.items()}
-                and any(a[n].value != b[n].value for n in a))
+                and sum(a[n].value != b[n].value for n in a) >= 2)
 
     @staticmethod
     def _source(first: Parent, second: Parent, child: dict[str, str]) -> str:
