@@ -225,3 +225,17 @@ def test_a_run_prints_no_notices_of_the_ray_instance_it_starts(tmp_path):
     output = proc.stdout + proc.stderr
     assert "run finished" in output
     assert "authentication" not in output.lower() and "Started a local Ray instance" not in output, output
+
+
+@pytest.mark.parametrize("args, names", [
+    (["lineage", "demo", "--top", "abc"], [" lineage: ", "--top", "abc", "lineage --help"]),
+    (["run", "--budget", "x"], [" run: ", "--budget"]),
+    (["show"], [" show: ", "Missing argument 'RUN'"]),
+    (["bank", "nosuch"], [" bank: ", "No such command 'nosuch'"]),
+    (["nosuch"], ["No such command 'nosuch'"]),
+])
+def test_a_bad_option_or_argument_is_one_line_and_exit_2(runs_dir, args, names):
+    result = piped(*args, cwd=runs_dir.parent)
+    assert result.returncode == 2 and result.stdout == "", result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and all(n in lines[0] for n in names), result.stderr

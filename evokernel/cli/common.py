@@ -17,13 +17,18 @@ console = Console()
 
 
 class Group(click.Group):
-    """Turns BadInput anywhere below into `error: ...` and exit code 2."""
+    """Turns BadInput anywhere below, and a command's bad options or arguments, into one line `error: ...`
+    and exit code 2."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except BadInput as exc:
             click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else ctx.command_path
+            click.echo(f"error: {where}: {exc.format_message()} (see {where} --help)", err=True)
             sys.exit(2)
 
 
