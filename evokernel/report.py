@@ -145,7 +145,7 @@ def _scenario_table(run: Lineage, ind: Individual) -> str:
     rows = run.scenarios(ind.id)
     parent = run.parents(ind.id)[:1]
     deltas = {d.name: d for d in compare_scenarios(run.scenarios(parent[0].id), rows)} if parent else {}
-    columns, cells = scenario_table(rows)
+    columns, cells = scenario_table(rows, run.reference_column)
     headers = [column.name for column in columns]
     ok = headers.index("ok")
     out = []

@@ -239,3 +239,13 @@ def test_a_bad_option_or_argument_is_one_line_and_exit_2(runs_dir, args, names):
     assert result.returncode == 2 and result.stdout == "", result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and all(n in lines[0] for n in names), result.stderr
+
+
+def test_show_names_the_runs_speed_reference_in_the_time_column(runs_dir):
+    """A run timed against cuDNN shows a 'cudnn ms' column, not 'original ms'."""
+    with Store(runs_dir / "demo") as store:
+        store.set_meta("config", {"speed_reference": "cudnn"})
+    out = piped("show", "demo", "1", cwd=runs_dir.parent, COLUMNS="200").stdout
+    assert "cudnn ms" in out and "original ms" not in out, out
+    default = piped("show", LONG_RUN_ID, "1", cwd=runs_dir.parent, COLUMNS="200").stdout
+    assert "original ms" in default

@@ -27,7 +27,7 @@ def print_check_report(report) -> None:
         console.print(f"[dim]{report.task} · {escape(report.kernel)} · "
                       f"build {fmt(report.build_seconds, '.1f')} s[/]", soft_wrap=True)
         return
-    columns, rows = scenario_table([asdict(s) for s in report.scenarios], report.speed_reference)
+    columns, rows = scenario_table([asdict(s) for s in report.scenarios], Path(report.speed_reference).name)
     print_table(console, columns, rows, title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
     if report.correct and report.geomean_speedup is None:
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios (not timed)")

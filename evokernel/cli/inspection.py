@@ -277,7 +277,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
         console.print(Rule("scenarios"))
         rows = lin.scenarios(ind.id)
         if rows:
-            print_table(console, *scenario_table(rows))
+            print_table(console, *scenario_table(rows, lin.reference_column))
             if lin.screened(ind.id):
                 console.print("[dim]screened: timed alone against the speed reference's times from an earlier "
                               "interleaved check on the same GPU (it was not near the best)[/]", soft_wrap=True)

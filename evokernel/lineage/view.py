@@ -87,10 +87,18 @@ class Lineage:
 
     @property
     def speed_reference(self) -> str:
-        """What this run's fitness is a speedup over (the config's speed_reference)."""
+        """What this run's fitness is a speedup over (the config's speed_reference), in words."""
         from evokernel.harness import speed_reference_label
 
-        return speed_reference_label((self.store.meta().get("config") or {}).get("speed_reference", "original"))
+        return speed_reference_label(self._speed_reference())
+
+    @property
+    def reference_column(self) -> str:
+        """The speed reference as the scenario tables name its time column: original, cudnn, a file's name."""
+        return Path(self._speed_reference()).name
+
+    def _speed_reference(self) -> str:
+        return (self.store.meta().get("config") or {}).get("speed_reference", "original")
 
     def get(self, individual_id: int) -> Individual:
         if individual_id not in self.individuals:
