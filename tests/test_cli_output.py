@@ -172,6 +172,21 @@ def test_export_of_a_run_without_llm_calls_or_results_writes_readable_tables(tmp
     assert len(calls) == 0 and {"model", "prompt", "cost_usd", "question_id"} <= set(calls.columns)
     assert {"name", "speedup"} <= set(read(tmp_path / "out" / f"scenario_results.{fmt}").columns)
     assert {"id", "fitness", "parent_ids"} <= set(read(tmp_path / "out" / f"individuals.{fmt}").columns)
+    asked = read(tmp_path / "out" / f"human_questions.{fmt}")
+    assert len(asked) == 0 and {"text", "target", "outcomes"} <= set(asked.columns)
+
+
+def test_export_includes_the_questions_people_asked(tmp_path):
+    from evokernel.store import HumanQuestion
+
+    with Store(tmp_path / "run", create=True) as store:
+        store.add_human_question(HumanQuestion(id="r1", question_id="human-1", text="Why not wgmma?", target="best",
+                                               times=2, asked_at=1.0, asked_by="ann", outcomes=[{"child": 3}]))
+    result = cli("export", str(tmp_path / "run"), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0 and "human_questions.csv: 1 rows" in result.output, result.output
+    (row,) = pd.read_csv(tmp_path / "out" / "human_questions.csv").to_dict("records")
+    assert (row["text"], row["asked_by"], row["times"], json.loads(row["outcomes"])) == \
+        ("Why not wgmma?", "ann", 2, [{"child": 3}])
 
 
 def test_pyarrow_is_a_core_dependency():

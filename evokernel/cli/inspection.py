@@ -327,7 +327,8 @@ def diff(run: str, id_a: int, id_b: int) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Directory to write individuals, scenario_results and llm_calls into (created).")
 def export(run: str, fmt: str, output: Path) -> None:
-    """Write the run as tables: OUTPUT/individuals.FMT, OUTPUT/scenario_results.FMT, OUTPUT/llm_calls.FMT.
+    """Write the run as tables: OUTPUT/individuals.FMT, OUTPUT/scenario_results.FMT, OUTPUT/llm_calls.FMT,
+    OUTPUT/human_questions.FMT (questions asked with `evokernel ask`).
 
     RUN is a run directory, a run id under ./runs, or 'latest'.
     """
@@ -338,11 +339,11 @@ def export(run: str, fmt: str, output: Path) -> None:
             import pyarrow  # noqa: F401
         except ImportError:
             raise BadInput("--format parquet needs pyarrow, which evokernel depends on: pip install pyarrow") from None
-    from evokernel.lineage.export import individuals_table, llm_calls_table, scenarios_table
+    from evokernel.lineage.export import human_questions_table, individuals_table, llm_calls_table, scenarios_table
 
     with open_run(run) as lin:
         tables = {"individuals": individuals_table(lin), "scenario_results": scenarios_table(lin),
-                  "llm_calls": llm_calls_table(lin)}
+                  "llm_calls": llm_calls_table(lin), "human_questions": human_questions_table(lin)}
         for name, frame in tables.items():
             path = output / f"{name}.{fmt}"
             try:
@@ -350,7 +351,7 @@ def export(run: str, fmt: str, output: Path) -> None:
                 frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path, index=False)
             except OSError as exc:
                 raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
-            console.print(f"{path}: {len(frame)} rows")
+            console.print(f"{path}: {len(frame)} rows", soft_wrap=True, highlight=False)
 
 
 @click.command()

@@ -1,8 +1,10 @@
-"""A run as tables (pandas), for `evokernel export`: kernels, per-scenario results, LLM calls."""
+"""A run as tables (pandas), for `evokernel export`: kernels, per-scenario results, LLM calls, questions
+people asked."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
 
 import pandas as pd
 
@@ -42,3 +44,13 @@ def llm_calls_table(run: Lineage) -> pd.DataFrame:
     """One row per LLM call; the columns are there even in a run without any."""
     rows = run.store.llm_calls()
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=run.store.table_columns("llm_calls"))
+
+
+def human_questions_table(run: Lineage) -> pd.DataFrame:
+    """One row per question a person asked (`evokernel ask`), its layers and outcomes as JSON; the columns
+    are there even in a run without any."""
+    from evokernel.store import HumanQuestion
+
+    rows = [{**asdict(q), **{name: json.dumps(getattr(q, name)) for name in HumanQuestion.JSON_FIELDS}}
+            for q in run.store.human_questions()]
+    return pd.DataFrame(rows, columns=[f.name for f in fields(HumanQuestion)])
