@@ -412,13 +412,14 @@ def test_children_far_below_the_best_are_screened_against_reused_reference_times
     against its reference times; the best fitness always comes from an interleaved timing. Without it,
     nothing is screened."""
     config = load_config(make_config(tmp_path, budget={"evaluations": 4}, reference_reuse_s=reuse))
-    Search(config, tmp_path / "run", operator_set={"slowed": (Slowed(), 1.0)}, retime_best=False).run()
+    result = Search(config, tmp_path / "run", operator_set={"slowed": (Slowed(), 1.0)}, retime_best=False).run()
     with Store(tmp_path / "run", readonly=True) as store:
         rows = [store.individual(row.id) for row in store.individuals()]
         best = store.best(1)[0]
     assert len(rows) == 4 and all(row.status == "correct" for row in rows)
     screened = [row for row in rows if row.report["reference_reused"]]
     assert not best.report["reference_reused"]
+    assert result.stats.screened == len(screened)
     if reuse is None:
         assert not screened
     else:

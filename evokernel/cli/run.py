@@ -162,7 +162,8 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
     from evokernel.store import Store
 
     stats = result.stats
-    console.print(f"\nrun {result.status}: {result.reason} · {stats.evaluations} evaluations, "
+    screened = f" ({stats.screened} screened against reused reference times)" if stats.screened else ""
+    console.print(f"\nrun {result.status}: {result.reason} · {stats.evaluations} evaluations{screened}, "
                   f"{sum(stats.failures.values())} rejected, {stats.duplicates} duplicates skipped", soft_wrap=True)
     if stats.llm:
         with Store(run_dir, readonly=True) as store:

@@ -331,6 +331,7 @@ class Search:
         self.monitor.observe(key, parent_fitness, row.fitness, self.proposals.pop(key, None))
         self.stats.evaluations += 1
         self.stats.session_evaluations += 1
+        self.stats.screened += bool(report.get("reference_reused"))
         if row.status == "correct":
             self._join(row, self.store.source(row), self.islands.get(key))
             if row.operator == "seed" and self.stats.seed_id is None:

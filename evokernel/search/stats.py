@@ -34,6 +34,7 @@ class SearchStats:
     elapsed_s: float = 0.0  # including earlier sessions
     driver_seconds: float = 0.0  # time this session's driver spent outside waiting
     session_evaluations: int = 0
+    screened: int = 0  # this session's evaluations timed alone against reused speed-reference times
     last: str | None = None  # the latest event, as one line
     llm: bool = False
 
