@@ -50,6 +50,16 @@ def test_each_candidate_starts_clean_in_a_warm_worker():
         assert waiting.proc.poll() is None  # the next evaluation's worker is started and waiting
 
 
+def test_a_cold_worker_makes_its_device_context_on_request_and_a_warm_one_before():
+    """A worker started for the check makes its device context after the request (a phase of the check);
+    the worker kept warm for the next check is told to make it once the previous check's worker ended."""
+    cold = check_source(ORIGINAL, TASK, CheckOptions(scenario_set="quick", rounds=3))
+    assert cold.correct and "device start" in cold.phase_seconds, cold.phase_seconds
+    check_source(ORIGINAL, TASK, OPTIONS)  # leaves a warm worker, prepared
+    warm = check_source(ORIGINAL, TASK, OPTIONS)
+    assert warm.correct and "device start" not in warm.phase_seconds, warm.phase_seconds
+
+
 def test_the_state_probe_sees_leftovers_when_nothing_isolates(monkeypatch):
     """Control: where /tmp is shared (no isolation) the second evaluation finds the first one's file."""
     monkeypatch.setenv("EVOKERNEL_ISOLATION", "none")
