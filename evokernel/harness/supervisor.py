@@ -305,8 +305,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _end(proc: subprocess.Popen, reported: bool) -> None:
     """Take down the worker and anything it left in its session (the PID namespace dies with it): at once
-    when it has `reported` everything (its interpreter's and device context's teardown, and any exit
-    handler of a candidate, are nobody's business), else after letting it exit."""
+    when it has `reported` everything (the check need not wait for its interpreter's and device context's
+    teardown), else after letting it exit."""
     if not reported:
         try:
             proc.wait(timeout=10)
