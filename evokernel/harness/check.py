@@ -100,8 +100,7 @@ def _reusable_reference_ms(key: tuple, options: CheckOptions) -> list[float] | N
     if options.reference_reuse_s is None or options.baselines or not options.time_kernels or key not in _REFERENCE_TIMES:
         return None
     measured_at, medians = _REFERENCE_TIMES[key]
-    fresh = time.time() - measured_at <= options.reference_reuse_s and all(ms and ms > 0 for ms in medians)
-    return medians if fresh else None
+    return medians if time.time() - measured_at <= options.reference_reuse_s else None
 
 
 def check_source(source: str, task: Task | str, options: CheckOptions | None = None,
@@ -148,8 +147,9 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
                          task_dir=task.directory)
     report.check_seconds = round(time.perf_counter() - started, 3)
     judge(report, outcome, task, scenarios, request)
-    if report.correct and request["time"] and not report.reference_reused and not options.baselines:
-        _REFERENCE_TIMES[reference_key] = (time.time(), [s.original_time_ms for s in report.scenarios])
+    medians = [s.original_time_ms for s in report.scenarios]
+    if report.correct and request["time"] and not report.reference_reused and all(ms and ms > 0 for ms in medians):
+        _REFERENCE_TIMES[reference_key] = (time.time(), medians)
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})
     # worker start: process start, runtime import (torch), device context, loading the kernels
     report.phase_seconds = {"build": report.build_seconds or 0.0,

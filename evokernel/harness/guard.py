@@ -321,7 +321,25 @@ def _check_forbidden_words(lexed: Lexed) -> str | None:
 
 def check_shared_object(path: Path) -> str | None:
     """Refuse a built object (C or CUDA) that imports a forbidden symbol. The object must be linked so
-    that its own imports show (CUDA: against the shared runtime, see build.compile_command)."""
+    that its own imports show (CUDA: against the shared runtime, see build.compile_command). An object
+    that passed before, unchanged, is not read again: a search checks the task's original at every evaluation."""
+    try:
+        stat = Path(path).stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None
+    if key in _PASSED_OBJECTS:
+        return None
+    verdict = _read_imports(path)
+    if verdict is None and key is not None:
+        _PASSED_OBJECTS.add(key)
+    return verdict
+
+
+_PASSED_OBJECTS: set[tuple[str, int, int]] = set()  # (path, mtime, size) of objects whose imports passed
+
+
+def _read_imports(path: Path) -> str | None:
     try:
         proc = subprocess.run(["nm", "-D", "--undefined-only", str(path)], capture_output=True,
                               text=True, timeout=60, check=False)

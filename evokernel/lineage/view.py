@@ -137,8 +137,8 @@ class Lineage:
 
     def screened(self, individual_id: int) -> bool:
         """Whether the kernel's speedups are against the speed reference's reused times (screened only)."""
-        report = self.store.individual(self.get(individual_id).id).report or {}
-        return bool(report.get("reference_reused"))
+        self.get(individual_id)
+        return bool((self.store.individual(individual_id).report or {}).get("reference_reused"))
 
     def scenario_names(self) -> list[str]:
         """Scenario names in the order the harness ran them."""

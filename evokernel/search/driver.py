@@ -15,8 +15,8 @@ import signal
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -310,9 +310,8 @@ class Search:
     def _screening_options(self) -> CheckOptions:
         """This child's options: a child screened within CONFIRM_MARGIN of the best fitness so far is timed
         interleaved with the speed reference (before any best, every child is)."""
-        best = self.store.best(1)
-        threshold = best[0].fitness * (1 - CONFIRM_MARGIN) if best and best[0].fitness else 0.0
-        return dataclasses.replace(self.check_options, confirm_above=threshold)
+        best = self.stats.best_fitness
+        return dataclasses.replace(self.check_options, confirm_above=best * (1 - CONFIRM_MARGIN) if best else 0.0)
 
     def _parent_fitness(self, row: Individual) -> float | None:
         return self.store.individual(row.parent_ids[0]).fitness if row.parent_ids else None
