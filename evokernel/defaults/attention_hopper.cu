@@ -1,15 +1,17 @@
 // evokernel attention-fwd seed kernel for Hopper (bf16, sm_90a): wgmma, TMA, mbarriers and
 // producer/consumer warp specialisation, FlashAttention-3 style.
 //
-// One block computes BM = 64 * CONSUMERS query rows of one (batch, head). Warpgroup 0 is the
-// producer: it gives registers back (setmaxnreg.dec) and one thread issues TMA loads of Q (once)
-// and of K/V tiles of BLOCK_N keys into a STAGES-deep ring of shared-memory buffers, each guarded by
+// A work tile is BM = 64 * CONSUMERS query rows of one (batch, head); with PERSISTENT each block
+// runs work tiles until none is left. Warpgroup 0 is the producer: it gives registers back
+// (setmaxnreg.dec) and one thread issues TMA loads of each work tile's Q and of its K/V tiles of BLOCK_N keys into a STAGES-deep ring of shared-memory buffers, each guarded by
 // a "full" mbarrier (TMA transaction bytes) and an "empty" mbarrier (one arrival per consumer warp).
 // Warpgroups 1..CONSUMERS are consumers (setmaxnreg.inc), 64 query rows each: S = Q K^T with wgmma
 // (both operands from shared memory, K-major, 128-byte swizzle), online softmax in registers (exp2),
 // then O += P V with wgmma, P taken from registers (the accumulator layout of S is the register
 // A-operand layout) and V read N-major (transposed) from shared memory. With OVERLAP, the Q K^T of
-// tile j+1 and the P V of tile j are in flight while the softmax of tile j+1 runs.
+// tile j+1 and the P V of tile j are in flight while the softmax of tile j+1 runs. The K/V ring runs
+// on across work tiles, and a work tile's Q is released once its last Q K^T is done, so the next
+// tile's loads overlap the end of the current one.
 //
 // Tiles in shared memory are what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B: [rows][64] sub-tiles
 // of 128-byte rows (one per 64 columns of the head dim), the 16-byte chunk index XORed with
@@ -47,13 +49,15 @@
 #define STAGES_HD256 2  // @knob 2
 #define OVERLAP_HD256 1  // @knob 0,1
 
-// Registers the producer warpgroup keeps (setmaxnreg.dec); consumers get the rest, at most 240.
-#define PRODUCER_REGS 24  // @knob 24,32,40
-// Causal blocks in reverse order of their row (the longest first), 0 = natural order.
+// Registers the producer warpgroup keeps (setmaxnreg.dec; 24 is the least allowed); the consumers
+// share the rest, at most 240 each. Not a knob: more for the producer only takes registers from
+// the consumers, and the head dim 256 kernels spill with 8 fewer.
+#define PRODUCER_REGS 24
+// Causal: a head's work tiles in reverse order of their rows (the longest first), 0 = natural order.
 #define CAUSAL_LONGEST_FIRST 1  // @knob 0,1
-// Causal: a consumer warpgroup stops at its own last visible key tile instead of the block's (it
-// still releases the later tiles' buffers), 0 = every warpgroup computes every tile of the block.
-#define SKIP_MASKED_TILES 0  // @knob 0,1
+// One block per multiprocessor taking work tiles until none is left (the next tile's Q, K and V
+// load while the last one finishes), 0 = one block per work tile.
+#define PERSISTENT 1  // @knob 0,1
 // Query lengths below this use the mma.sync fallback (decode-like shapes).
 #define MIN_SEQLEN_Q_WGMMA 64  // @knob 1,16,64,128
 // Most key splits of the fallback when its query blocks leave multiprocessors idle (1 = no split).
@@ -61,6 +65,19 @@
 // ---------------------------------------------------------------------------------------
 
 typedef __nv_bfloat16 bf16;
+
+// Multiprocessors of the current device (persistent grids, key splits).
+static int num_sms() {
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
+      sms = 132;
+  }
+  return sms;
+}
+
 
 namespace evk_hop {
 
@@ -111,9 +128,6 @@ __device__ __forceinline__ void tma_load4(uint32_t dst, const CUtensorMap* map, 
 }
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-__device__ __forceinline__ void named_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // --- wgmma ---
@@ -320,9 +334,15 @@ struct Layout {
   static constexpr uint32_t K_OFF = Q_BYTES;
   static constexpr uint32_t V_OFF = K_OFF + STAGES * KV_TILE;
   static constexpr uint32_t BAR_OFF = V_OFF + STAGES * KV_TILE;
-  static constexpr uint32_t BYTES = BAR_OFF + 8 * (1 + 4 * STAGES);
+  static constexpr uint32_t BYTES = BAR_OFF + 8 * (2 + 4 * STAGES) + 8;  // barriers, tile index
   static constexpr size_t SMEM = BYTES + 1024;  // room to align the base to 1024
 };
+
+// Work tiles of a launch: one (query block, head, batch) each, query blocks fastest so that the blocks
+// of one head run side by side and share its keys and values in L2; causal ones longest first inside
+// a head. With PERSISTENT a block takes its first tile by its index and the next ones from a
+// device-wide counter (blocks that finish early take more); the last block to finish resets it.
+__device__ unsigned int tile_counter[2];  // [0] tiles handed out after the first ones, [1] blocks done
 
 template <int D, int BN, int NWG, int STAGES, bool OVERLAP, int PREG>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
@@ -339,29 +359,40 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = base + L::K_OFF, sV = base + L::V_OFF;
-  const uint32_t bar_q = base + L::BAR_OFF;
-#define EVK_KFULL(s) (bar_q + 8u * (1u + (uint32_t)(s)))
-#define EVK_KEMPTY(s) (bar_q + 8u * (1u + STAGES + (uint32_t)(s)))
-#define EVK_VFULL(s) (bar_q + 8u * (1u + 2 * STAGES + (uint32_t)(s)))
-#define EVK_VEMPTY(s) (bar_q + 8u * (1u + 3 * STAGES + (uint32_t)(s)))
+  // Q full (TMA bytes, or the producer's arrival alone when no tile is left) and Q empty (one
+  // arrival per consumer warp once its last Q K^T is done); the tile index travels in tile_slot.
+  const uint32_t bar_q = base + L::BAR_OFF, bar_q_empty = bar_q + 8u;
+  const uint32_t tile_slot = bar_q + 8u * (2u + 4u * STAGES);
+#define EVK_KFULL(s) (bar_q + 8u * (2u + (uint32_t)(s)))
+#define EVK_KEMPTY(s) (bar_q + 8u * (2u + STAGES + (uint32_t)(s)))
+#define EVK_VFULL(s) (bar_q + 8u * (2u + 2 * STAGES + (uint32_t)(s)))
+#define EVK_VEMPTY(s) (bar_q + 8u * (2u + 3 * STAGES + (uint32_t)(s)))
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  const int mb = longest_first ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int hk = h / (p.heads_q / p.heads_kv);
   const int Sq = p.seqlen_q, Sk = p.seqlen_k;
-  const int m0 = mb * BM;
   const int diag = Sk - Sq;  // key j visible to query i iff j <= i + diag
-  int n_end = Sk;
-  if (p.causal) n_end = min(Sk, min(m0 + BM, Sq) + diag);
-  const int n_blocks = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  const int n_mb = (Sq + BM - 1) / BM;
+  const int tiles = n_mb * p.heads_q * p.batch;
+  auto tile_rows = [&](int t) {  // first query row of tile t
+    const int x = t % n_mb;
+    return (longest_first ? n_mb - 1 - x : x) * BM;
+  };
+  auto key_tiles = [&](int m0) {  // key tiles the query block at m0 sees
+    const int n_end = p.causal ? min(Sk, min(m0 + BM, Sq) + diag) : Sk;
+    return n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  };
+  // Ring position of the key tiles: `it` counts the tiles passed through the ring before this work
+  // tile, over all the block's work tiles.
+  auto stage = [](uint32_t it) { return (int)(it % STAGES); };
+  auto phase = [](uint32_t it) { return (uint32_t)((it / STAGES) & 1); };
 
   if (tid == 0) {
     prefetch_map(&tmQ);
     prefetch_map(&tmK);
     prefetch_map(&tmV);
     mbar_init(bar_q, 1);
+    mbar_init(bar_q_empty, NWG * 4);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(EVK_KFULL(s), 1);
@@ -376,26 +407,50 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   if (wg == 0) {
     // ---------------- producer ----------------
     regs_producer<NWG, PREG>();
-    if (tid == 0 && n_blocks > 0) {
-      mbar_expect_tx(bar_q, L::Q_BYTES);
+    if (tid == 0) {
+      uint32_t it = 0;
+      int t = blockIdx.x;
+      for (int k = 0;; ++k) {
+        if (k > 0) mbar_wait(bar_q_empty, (uint32_t)((k - 1) & 1));
+        if (t >= tiles) {
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(-1) : "memory");
+          mbar_arrive(bar_q);
+          break;
+        }
+        const int m0 = tile_rows(t), hb = t / n_mb;
+        const int h = hb % p.heads_q, b = hb / p.heads_q;
+        const int hk = h / (p.heads_q / p.heads_kv);
+        const int n_blocks = key_tiles(m0);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
+        mbar_expect_tx(bar_q, L::Q_BYTES);
 #pragma unroll
-      for (int w = 0; w < NWG; ++w)
+        for (int w = 0; w < NWG; ++w)
 #pragma unroll
-        for (int c = 0; c < DC; ++c)
-          tma_load4(sQ + (w * DC + c) * L::Q_SUB, &tmQ, bar_q, c * 64, h, m0 + 64 * w, b);
-      for (int j = 0; j < n_blocks; ++j) {
-        const int s = j % STAGES;
-        const uint32_t par = (uint32_t)((j / STAGES) & 1) ^ 1u;
-        if (j >= STAGES) mbar_wait(EVK_KEMPTY(s), par);
-        mbar_expect_tx(EVK_KFULL(s), L::KV_TILE);
+          for (int c = 0; c < DC; ++c)
+            tma_load4(sQ + (w * DC + c) * L::Q_SUB, &tmQ, bar_q, c * 64, h, m0 + 64 * w, b);
+        for (int j = 0; j < n_blocks; ++j, ++it) {
+          const int s = stage(it);
+          const uint32_t par = phase(it) ^ 1u;
+          if (it >= STAGES) mbar_wait(EVK_KEMPTY(s), par);
+          mbar_expect_tx(EVK_KFULL(s), L::KV_TILE);
 #pragma unroll
-        for (int c = 0; c < DC; ++c)
-          tma_load4(sK + s * L::KV_TILE + c * L::KV_SUB, &tmK, EVK_KFULL(s), c * 64, hk, j * BN, b);
-        if (j >= STAGES) mbar_wait(EVK_VEMPTY(s), par);
-        mbar_expect_tx(EVK_VFULL(s), L::KV_TILE);
+          for (int c = 0; c < DC; ++c)
+            tma_load4(sK + s * L::KV_TILE + c * L::KV_SUB, &tmK, EVK_KFULL(s), c * 64, hk, j * BN, b);
+          if (it >= STAGES) mbar_wait(EVK_VEMPTY(s), par);
+          mbar_expect_tx(EVK_VFULL(s), L::KV_TILE);
 #pragma unroll
-        for (int c = 0; c < DC; ++c)
-          tma_load4(sV + s * L::KV_TILE + c * L::KV_SUB, &tmV, EVK_VFULL(s), c * 64, hk, j * BN, b);
+          for (int c = 0; c < DC; ++c)
+            tma_load4(sV + s * L::KV_TILE + c * L::KV_SUB, &tmV, EVK_VFULL(s), c * 64, hk, j * BN, b);
+        }
+        t = PERSISTENT ? (int)(gridDim.x + atomicAdd(&tile_counter[0], 1u)) : tiles;
+      }
+      if (PERSISTENT) {
+        __threadfence();  // this block's last fetch before its count
+        if (atomicAdd(&tile_counter[1], 1u) == gridDim.x - 1) {
+          __threadfence();
+          atomicExch(&tile_counter[0], 0u);
+          atomicExch(&tile_counter[1], 0u);
+        }
       }
     }
     return;
@@ -406,236 +461,241 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   const int cw = wg - 1;
   const int wtid = tid & 127, warp4 = wtid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int m0w = m0 + 64 * cw;  // first row of this warpgroup
-  bf16* const gO = (bf16*)p.o + ((long)b * Sq * p.heads_q + h) * D;
   const long q_stride = (long)p.heads_q * D;
-
-  // This warpgroup's tiles: with SKIP_MASKED_TILES and a causal mask, up to its own last visible key.
-  int n_mine = n_blocks;
-  if (SKIP_MASKED_TILES && p.causal) {
-    const int n_end_w = min(Sk, min(m0w + 64, Sq) + diag);
-    n_mine = n_end_w > 0 ? min(n_blocks, (n_end_w + BN - 1) / BN) : 0;
-  }
-  // Releases tiles [j0, n_blocks) this warpgroup does not compute. Each arrival waits for its tile to
-  // land first: an early arrival would count toward the phase of the stage's previous use.
-  auto release_rest = [&](int j0) {
-    for (int j = j0; j < n_blocks; ++j) {
-      const int s = j % STAGES;
-      const uint32_t par = (uint32_t)((j / STAGES) & 1);
-      mbar_wait(EVK_KFULL(s), par);
-      if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
-      mbar_wait(EVK_VFULL(s), par);
-      if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
-    }
-  };
-  if (n_mine == 0) {
-    for (int i = wtid; i < 64 * (D / 8); i += 128) {
-      const int r = i / (D / 8), c = i % (D / 8);
-      if (m0w + r < Sq)
-        *reinterpret_cast<uint4*>(gO + (long)(m0w + r) * q_stride + c * 8) = make_uint4(0, 0, 0, 0);
-    }
-    release_rest(0);
-    return;
-  }
-
   const uint32_t sQw = sQ + cw * DC * L::Q_SUB;
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  float sacc[BN / 2];
-  uint32_t pa[BN / 16][4];
+  auto release_q = [&]() {
+    if (lane == 0) mbar_arrive(bar_q_empty);
+  };
 
-  // S = Q K^T for tile j (issue only).
-  auto issue_qk = [&](int j) {
-    const int s = j % STAGES;
-    const uint32_t kb = sK + s * L::KV_TILE;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t off = (uint32_t)((kk & 3) << 5);  // 16 columns = 32 bytes
-      const uint64_t da = make_desc(sQw + (kk >> 2) * L::Q_SUB + off, 16, 1024);
-      const uint64_t db = make_desc(kb + (kk >> 2) * L::KV_SUB + off, 16, 1024);
-      Wg<BN>::ss(sacc, da, db, kk > 0 ? 1 : 0);
+  uint32_t it = 0;
+  for (int k = 0;; ++k) {
+    mbar_wait(bar_q, (uint32_t)(k & 1));
+    int tile;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
+    if (tile < 0) break;
+    const int m0w = tile_rows(tile) + 64 * cw;  // first row of this warpgroup
+    const int n_blocks = key_tiles(m0w - 64 * cw);
+    // Made where they are used from the tile index: kept live over the main loop they would take
+    // registers the loop needs.
+    auto out_rows = [&]() {
+      const int hb = tile / n_mb;
+      return (bf16*)p.o + ((long)(hb / p.heads_q) * Sq * p.heads_q + hb % p.heads_q) * D;
+    };
+
+    if (n_blocks == 0) {  // causal rows that see no key
+      release_q();
+      bf16* const gO = out_rows();
+      for (int i = wtid; i < 64 * (D / 8); i += 128) {
+        const int r = i / (D / 8), c = i % (D / 8);
+        if (m0w + r < Sq)
+          *reinterpret_cast<uint4*>(gO + (long)(m0w + r) * q_stride + c * 8) = make_uint4(0, 0, 0, 0);
+      }
+      continue;
     }
-  };
-  // O += P V for tile j (issue only).
-  auto issue_pv = [&](int j) {
-    const int s = j % STAGES;
-    const uint32_t vb = sV + s * L::KV_TILE;
+
+    float o[D / 2];
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint64_t db = make_desc(vb + kk * 2048, L::KV_SUB, 1024);
-      Wg<D>::rs(o, pa[kk], db);
-    }
-  };
-  // Mask, online softmax of sacc for tile j; returns the per-row-half correction of O.
-  auto softmax = [&](int j, float (&corr)[2]) {
-    const int n0 = j * BN;
-    if (neg_scale) {
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    float sacc[BN / 2];
+    uint32_t pa[BN / 16][4];
+
+    // S = Q K^T for tile j (issue only).
+    auto issue_qk = [&](int j) {
+      const uint32_t kb = sK + stage(it + j) * L::KV_TILE;
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) sacc[i] = -sacc[i];
-    }
-    const bool need_mask = (n0 + BN > Sk) || (p.causal && (n0 + BN - 1 > m0w + diag));
-    if (need_mask) {
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off = (uint32_t)((kk & 3) << 5);  // 16 columns = 32 bytes
+        const uint64_t da = make_desc(sQw + (kk >> 2) * L::Q_SUB + off, 16, 1024);
+        const uint64_t db = make_desc(kb + (kk >> 2) * L::KV_SUB + off, 16, 1024);
+        Wg<BN>::ss(sacc, da, db, kk > 0 ? 1 : 0);
+      }
+    };
+    // O += P V for tile j (issue only).
+    auto issue_pv = [&](int j) {
+      const uint32_t vb = sV + stage(it + j) * L::KV_TILE;
 #pragma unroll
-      for (int i = 0; i < NS; ++i)
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint64_t db = make_desc(vb + kk * 2048, L::KV_SUB, 1024);
+        Wg<D>::rs(o, pa[kk], db);
+      }
+    };
+    // Mask, online softmax of sacc for tile j; returns the per-row-half correction of O.
+    auto softmax = [&](int j, float (&corr)[2]) {
+      const int n0 = j * BN;
+      if (neg_scale) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = m0w + warp4 * 16 + g + ((e >> 1) << 3);
-          const int col = n0 + i * 8 + 2 * t + (e & 1);
-          const int lim = p.causal ? min(Sk - 1, row + diag) : (Sk - 1);
-          if (col > lim) sacc[i * 4 + e] = -INFINITY;
+        for (int i = 0; i < BN / 2; ++i) sacc[i] = -sacc[i];
+      }
+      const bool need_mask = (n0 + BN > Sk) || (p.causal && (n0 + BN - 1 > m0w + diag));
+      if (need_mask) {
+#pragma unroll
+        for (int i = 0; i < NS; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = m0w + warp4 * 16 + g + ((e >> 1) << 3);
+            const int col = n0 + i * 8 + 2 * t + (e & 1);
+            const int lim = p.causal ? min(Sk - 1, row + diag) : (Sk - 1);
+            if (col > lim) sacc[i * 4 + e] = -INFINITY;
+          }
+      }
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < NS; ++i) mx = fmaxf(mx, fmaxf(sacc[i * 4 + 2 * hh], sacc[i * 4 + 2 * hh + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[hh], mx);
+        const float ms = (m_new == -INFINITY) ? 0.f : m_new * sl2;
+        corr[hh] = ex2(m_run[hh] * sl2 - ms);
+        m_run[hh] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+          const float p0 = ex2(fmaf(sacc[i * 4 + 2 * hh], sl2, -ms));
+          const float p1 = ex2(fmaf(sacc[i * 4 + 2 * hh + 1], sl2, -ms));
+          sacc[i * 4 + 2 * hh] = p0;
+          sacc[i * 4 + 2 * hh + 1] = p1;
+          sum += p0 + p1;
         }
+        l_run[hh] = l_run[hh] * corr[hh] + sum;
+      }
+    };
+    auto rescale_o = [&](const float (&corr)[2]) {
+#pragma unroll
+      for (int i = 0; i < ND; ++i) {
+        o[i * 4 + 0] *= corr[0];
+        o[i * 4 + 1] *= corr[0];
+        o[i * 4 + 2] *= corr[1];
+        o[i * 4 + 3] *= corr[1];
+      }
+    };
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        pa[kk][0] = pack_bf16(sacc[(2 * kk) * 4 + 0], sacc[(2 * kk) * 4 + 1]);
+        pa[kk][1] = pack_bf16(sacc[(2 * kk) * 4 + 2], sacc[(2 * kk) * 4 + 3]);
+        pa[kk][2] = pack_bf16(sacc[(2 * kk + 1) * 4 + 0], sacc[(2 * kk + 1) * 4 + 1]);
+        pa[kk][3] = pack_bf16(sacc[(2 * kk + 1) * 4 + 2], sacc[(2 * kk + 1) * 4 + 3]);
+      }
+    };
+
+    if constexpr (OVERLAP) {
+      // Prologue: S_0, softmax_0.
+      mbar_wait(EVK_KFULL(stage(it)), phase(it));
+      wg_fence();
+      issue_qk(0);
+      wg_commit();
+      wg_wait<0>();
+      fence_regs(sacc);
+      if (lane == 0) mbar_arrive(EVK_KEMPTY(stage(it)));
+      if (n_blocks == 1) release_q();
+      {
+        float corr[2];
+        softmax(0, corr);
+      }
+      pack_p();
+      for (int j = 1; j < n_blocks; ++j) {
+        const int s = stage(it + j), sp = stage(it + j - 1);
+        mbar_wait(EVK_KFULL(s), phase(it + j));
+        fence_regs(sacc);
+        fence_regs(o);
+        wg_fence();
+        issue_qk(j);
+        wg_commit();
+        mbar_wait(EVK_VFULL(sp), phase(it + j - 1));
+        issue_pv(j - 1);
+        wg_commit();
+        wg_wait<1>();
+        fence_regs(sacc);
+        if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
+        if (j == n_blocks - 1) release_q();
+        float corr[2];
+        softmax(j, corr);
+        wg_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(EVK_VEMPTY(sp));
+        rescale_o(corr);
+        pack_p();
+      }
+      {
+        const int s = stage(it + n_blocks - 1);
+        mbar_wait(EVK_VFULL(s), phase(it + n_blocks - 1));
+        fence_regs(o);
+        wg_fence();
+        issue_pv(n_blocks - 1);
+        wg_commit();
+        wg_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
+      }
+    } else {
+      for (int j = 0; j < n_blocks; ++j) {
+        const int s = stage(it + j);
+        const uint32_t par = phase(it + j);
+        mbar_wait(EVK_KFULL(s), par);
+        fence_regs(sacc);
+        wg_fence();
+        issue_qk(j);
+        wg_commit();
+        wg_wait<0>();
+        fence_regs(sacc);
+        if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
+        if (j == n_blocks - 1) release_q();
+        float corr[2];
+        softmax(j, corr);
+        rescale_o(corr);
+        pack_p();
+        mbar_wait(EVK_VFULL(s), par);
+        fence_regs(o);
+        wg_fence();
+        issue_pv(j);
+        wg_commit();
+        wg_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
+      }
     }
+    it += n_blocks;
+
+    // Epilogue: normalise and store straight from registers (Q's buffer may already hold the next
+    // tile's rows). The four threads of a quad hold two columns each of every 8-column group; a 4x4
+    // exchange of 32-bit words gives each thread a whole group, stored as 16 bytes.
+    const int quad = lane & ~3;
+    bf16* const gO = out_rows();
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float mx = -INFINITY;
+      float l = l_run[hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int row = m0w + warp4 * 16 + g + hh * 8;
 #pragma unroll
-      for (int i = 0; i < NS; ++i) mx = fmaxf(mx, fmaxf(sacc[i * 4 + 2 * hh], sacc[i * 4 + 2 * hh + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[hh], mx);
-      const float ms = (m_new == -INFINITY) ? 0.f : m_new * sl2;
-      corr[hh] = ex2(m_run[hh] * sl2 - ms);
-      m_run[hh] = m_new;
-      float sum = 0.f;
+      for (int c4 = 0; c4 < ND / 4; ++c4) {
+        uint32_t w[4], out[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int i = 0; i < NS; ++i) {
-        const float p0 = ex2(fmaf(sacc[i * 4 + 2 * hh], sl2, -ms));
-        const float p1 = ex2(fmaf(sacc[i * 4 + 2 * hh + 1], sl2, -ms));
-        sacc[i * 4 + 2 * hh] = p0;
-        sacc[i * 4 + 2 * hh + 1] = p1;
-        sum += p0 + p1;
+        for (int q = 0; q < 4; ++q)
+          w[q] = pack_bf16(o[(4 * c4 + q) * 4 + 2 * hh] * inv, o[(4 * c4 + q) * 4 + 2 * hh + 1] * inv);
+        // Round r: thread t takes from thread (t + r) & 3 that thread's word for group t.
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int send = (t - r) & 3, from = (t + r) & 3;
+          const uint32_t mine = send == 0 ? w[0] : send == 1 ? w[1] : send == 2 ? w[2] : w[3];
+          const uint32_t v = __shfl_sync(0xffffffffu, mine, quad | from);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) out[q] = from == q ? v : out[q];
+        }
+        if (row < Sq)
+          *reinterpret_cast<uint4*>(gO + (long)row * q_stride + (4 * c4 + t) * 8) =
+              make_uint4(out[0], out[1], out[2], out[3]);
       }
-      l_run[hh] = l_run[hh] * corr[hh] + sum;
-    }
-  };
-  auto rescale_o = [&](const float (&corr)[2]) {
-#pragma unroll
-    for (int i = 0; i < ND; ++i) {
-      o[i * 4 + 0] *= corr[0];
-      o[i * 4 + 1] *= corr[0];
-      o[i * 4 + 2] *= corr[1];
-      o[i * 4 + 3] *= corr[1];
-    }
-  };
-  auto pack_p = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = pack_bf16(sacc[(2 * kk) * 4 + 0], sacc[(2 * kk) * 4 + 1]);
-      pa[kk][1] = pack_bf16(sacc[(2 * kk) * 4 + 2], sacc[(2 * kk) * 4 + 3]);
-      pa[kk][2] = pack_bf16(sacc[(2 * kk + 1) * 4 + 0], sacc[(2 * kk + 1) * 4 + 1]);
-      pa[kk][3] = pack_bf16(sacc[(2 * kk + 1) * 4 + 2], sacc[(2 * kk + 1) * 4 + 3]);
-    }
-  };
-
-  mbar_wait(bar_q, 0);
-  if constexpr (OVERLAP) {
-    // Prologue: S_0, softmax_0.
-    mbar_wait(EVK_KFULL(0), 0);
-    wg_fence();
-    issue_qk(0);
-    wg_commit();
-    wg_wait<0>();
-    fence_regs(sacc);
-    if (lane == 0) mbar_arrive(EVK_KEMPTY(0));
-    {
-      float corr[2];
-      softmax(0, corr);
-    }
-    pack_p();
-    for (int j = 1; j < n_mine; ++j) {
-      const int s = j % STAGES, sp = (j - 1) % STAGES;
-      mbar_wait(EVK_KFULL(s), (uint32_t)((j / STAGES) & 1));
-      fence_regs(sacc);
-      fence_regs(o);
-      wg_fence();
-      issue_qk(j);
-      wg_commit();
-      mbar_wait(EVK_VFULL(sp), (uint32_t)(((j - 1) / STAGES) & 1));
-      issue_pv(j - 1);
-      wg_commit();
-      wg_wait<1>();
-      fence_regs(sacc);
-      if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
-      float corr[2];
-      softmax(j, corr);
-      wg_wait<0>();
-      fence_regs(o);
-      if (lane == 0) mbar_arrive(EVK_VEMPTY(sp));
-      rescale_o(corr);
-      pack_p();
-    }
-    {
-      const int j = n_mine - 1, s = j % STAGES;
-      mbar_wait(EVK_VFULL(s), (uint32_t)((j / STAGES) & 1));
-      fence_regs(o);
-      wg_fence();
-      issue_pv(j);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs(o);
-      if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
-    }
-  } else {
-    for (int j = 0; j < n_mine; ++j) {
-      const int s = j % STAGES;
-      const uint32_t par = (uint32_t)((j / STAGES) & 1);
-      mbar_wait(EVK_KFULL(s), par);
-      fence_regs(sacc);
-      wg_fence();
-      issue_qk(j);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs(sacc);
-      if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
-      float corr[2];
-      softmax(j, corr);
-      rescale_o(corr);
-      pack_p();
-      mbar_wait(EVK_VFULL(s), par);
-      fence_regs(o);
-      wg_fence();
-      issue_pv(j);
-      wg_commit();
-      wg_wait<0>();
-      fence_regs(o);
-      if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
     }
   }
-  release_rest(n_mine);
 #undef EVK_KFULL
 #undef EVK_KEMPTY
 #undef EVK_VFULL
 #undef EVK_VEMPTY
-
-  // Epilogue: normalise, stage through this warpgroup's Q sub-tiles (same swizzle), store 16 B.
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float l = l_run[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int r = warp4 * 16 + g + hh * 8;
-#pragma unroll
-    for (int i = 0; i < ND; ++i) {
-      const uint32_t v = pack_bf16(o[i * 4 + 2 * hh] * inv, o[i * 4 + 2 * hh + 1] * inv);
-      const uint32_t addr =
-          sQw + (i >> 3) * L::Q_SUB + r * 128 + ((((i & 7) ^ (r & 7))) << 4) + t * 4;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-    }
-  }
-  named_sync(1 + cw, 128);
-#pragma unroll
-  for (int it = 0; it < 64 * ND / 128; ++it) {
-    const int i = it * 128 + wtid;
-    const int r = i / ND, c = i % ND;
-    uint4 v;
-    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(sQw + (c >> 3) * L::Q_SUB + r * 128 + (((c & 7) ^ (r & 7)) << 4)));
-    if (m0w + r < Sq) *reinterpret_cast<uint4*>(gO + (long)(m0w + r) * q_stride + c * 8) = v;
-  }
 }
 
 // --- host side: tensor maps through the driver entry point the runtime exposes ---
@@ -699,7 +759,9 @@ static int launch(const evk_attention_params* p, cudaStream_t stream) {
   float sl2 = fabsf(p->softmax_scale) * LOG2E;
   if (sl2 < 1e-30f) sl2 = 1e-30f;  // keeps -inf * scale = -inf for masked keys
   const int neg = p->softmax_scale < 0.f ? 1 : 0;
-  dim3 grid((p->seqlen_q + 64 * NWG - 1) / (64 * NWG), p->heads_q, p->batch);
+  const long tiles = (long)((p->seqlen_q + 64 * NWG - 1) / (64 * NWG)) * p->heads_q * p->batch;
+  if (tiles > 0x7fffffffL) return -1;
+  const int grid = PERSISTENT ? (int)min(tiles, (long)num_sms()) : (int)tiles;
   kern<<<grid, (NWG + 1) * 128, L::SMEM, stream>>>(mq, mk, mv, *p, sl2, neg,
                                                     (p->causal && CAUSAL_LONGEST_FIRST) ? 1 : 0);
   return cudaGetLastError() == cudaSuccess ? 0 : 4;
@@ -1157,17 +1219,6 @@ __global__ void __launch_bounds__(128) combine_splits(const float* ws_o, const f
 #pragma unroll
   for (int c = 0; c < PER; c += 2)
     *reinterpret_cast<uint32_t*>(out + rid * D + lane * PER + c) = pack_bf16(acc[c] * inv, acc[c + 1] * inv);
-}
-
-static int num_sms() {
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
-      sms = 132;
-  }
-  return sms;
 }
 
 template <int D, int NW, int MT, int BN, int STAGES, int QREG>
