@@ -58,9 +58,6 @@
 // One block per multiprocessor taking work tiles until none is left (the next tile's Q, K and V
 // load while the last one finishes), 0 = one block per work tile.
 #define PERSISTENT 1  // @knob 0,1
-// Q buffers per block: with 2 the next work tile's Q loads while the current one still computes
-// (where shared memory has room for it; measured 1% slower in geomean than 1 on the H200).
-#define Q_BUFFERS 1  // @knob 1,2
 // Query lengths below this use the mma.sync fallback (decode-like shapes).
 #define MIN_SEQLEN_Q_WGMMA 64  // @knob 1,16,64,128
 // Most key splits of the fallback when its query blocks leave multiprocessors idle (1 = no split).
@@ -327,17 +324,17 @@ __device__ __forceinline__ void regs_consumer() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(RegSplit<NWG, PREG>::consumer));
 }
 
-template <int D, int BN, int NWG, int STAGES, int QB>
+template <int D, int BN, int NWG, int STAGES>
 struct Layout {
   static constexpr int DC = D / 64;                 // 64-column sub-tiles per row
   static constexpr uint32_t Q_SUB = 64 * 128;       // one warpgroup's 64 rows x 64 columns
   static constexpr uint32_t KV_SUB = BN * 128;      // BN rows x 64 columns
   static constexpr uint32_t KV_TILE = DC * KV_SUB;  // one K or V tile
   static constexpr uint32_t Q_BYTES = NWG * DC * Q_SUB;
-  static constexpr uint32_t K_OFF = QB * Q_BYTES;  // QB buffers of Q
+  static constexpr uint32_t K_OFF = Q_BYTES;
   static constexpr uint32_t V_OFF = K_OFF + STAGES * KV_TILE;
   static constexpr uint32_t BAR_OFF = V_OFF + STAGES * KV_TILE;
-  static constexpr uint32_t BYTES = BAR_OFF + 8 * (2 * QB + 4 * STAGES) + 4 * QB;  // barriers, tile indices
+  static constexpr uint32_t BYTES = BAR_OFF + 8 * (2 + 4 * STAGES) + 8;  // barriers, tile index
   static constexpr size_t SMEM = BYTES + 1024;  // room to align the base to 1024
 };
 
@@ -347,12 +344,12 @@ struct Layout {
 // device-wide counter (blocks that finish early take more); the last block to finish resets it.
 __device__ unsigned int tile_counter[2];  // [0] tiles handed out after the first ones, [1] blocks done
 
-template <int D, int BN, int NWG, int STAGES, int QB, bool OVERLAP, int PREG>
+template <int D, int BN, int NWG, int STAGES, bool OVERLAP, int PREG>
 __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     attn_hopper_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                        const __grid_constant__ CUtensorMap tmV, const evk_attention_params p, float sl2,
                        int neg_scale, int longest_first) {
-  using L = Layout<D, BN, NWG, STAGES, QB>;
+  using L = Layout<D, BN, NWG, STAGES>;
   constexpr int DC = L::DC;
   constexpr int BM = 64 * NWG;
   constexpr int NS = BN / 8;  // n8 column groups of S
@@ -362,16 +359,14 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = base + L::K_OFF, sV = base + L::V_OFF;
-  // Per Q buffer: full (TMA bytes, or the producer's arrival alone when no tile is left), empty (one
-  // arrival per consumer warp once its last Q K^T is done), and the work tile's index.
-  const uint32_t bars = base + L::BAR_OFF;
-#define EVK_QFULL(b) (bars + 8u * (uint32_t)(b))
-#define EVK_QEMPTY(b) (bars + 8u * (QB + (uint32_t)(b)))
-#define EVK_TILE_SLOT(b) (bars + 8u * (2 * QB + 4 * STAGES) + 4u * (uint32_t)(b))
-#define EVK_KFULL(s) (bars + 8u * (2 * QB + (uint32_t)(s)))
-#define EVK_KEMPTY(s) (bars + 8u * (2 * QB + STAGES + (uint32_t)(s)))
-#define EVK_VFULL(s) (bars + 8u * (2 * QB + 2 * STAGES + (uint32_t)(s)))
-#define EVK_VEMPTY(s) (bars + 8u * (2 * QB + 3 * STAGES + (uint32_t)(s)))
+  // Q full (TMA bytes, or the producer's arrival alone when no tile is left) and Q empty (one
+  // arrival per consumer warp once its last Q K^T is done); the tile index travels in tile_slot.
+  const uint32_t bar_q = base + L::BAR_OFF, bar_q_empty = bar_q + 8u;
+  const uint32_t tile_slot = bar_q + 8u * (2u + 4u * STAGES);
+#define EVK_KFULL(s) (bar_q + 8u * (2u + (uint32_t)(s)))
+#define EVK_KEMPTY(s) (bar_q + 8u * (2u + STAGES + (uint32_t)(s)))
+#define EVK_VFULL(s) (bar_q + 8u * (2u + 2 * STAGES + (uint32_t)(s)))
+#define EVK_VEMPTY(s) (bar_q + 8u * (2u + 3 * STAGES + (uint32_t)(s)))
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
@@ -396,11 +391,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     prefetch_map(&tmQ);
     prefetch_map(&tmK);
     prefetch_map(&tmV);
-#pragma unroll
-    for (int q = 0; q < QB; ++q) {
-      mbar_init(EVK_QFULL(q), 1);
-      mbar_init(EVK_QEMPTY(q), NWG * 4);
-    }
+    mbar_init(bar_q, 1);
+    mbar_init(bar_q_empty, NWG * 4);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(EVK_KFULL(s), 1);
@@ -419,27 +411,23 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       uint32_t it = 0;
       int t = blockIdx.x;
       for (int k = 0;; ++k) {
-        const int qb = k % QB;
-        if (k >= QB) mbar_wait(EVK_QEMPTY(qb), (uint32_t)((k / QB - 1) & 1));
+        if (k > 0) mbar_wait(bar_q_empty, (uint32_t)((k - 1) & 1));
         if (t >= tiles) {
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(EVK_TILE_SLOT(qb)), "r"(-1) : "memory");
-          mbar_arrive(EVK_QFULL(qb));
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(-1) : "memory");
+          mbar_arrive(bar_q);
           break;
         }
         const int m0 = tile_rows(t), hb = t / n_mb;
         const int h = hb % p.heads_q, b = hb / p.heads_q;
         const int hk = h / (p.heads_q / p.heads_kv);
         const int n_blocks = key_tiles(m0);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(EVK_TILE_SLOT(qb)), "r"(t) : "memory");
-        mbar_expect_tx(EVK_QFULL(qb), L::Q_BYTES);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
+        mbar_expect_tx(bar_q, L::Q_BYTES);
 #pragma unroll
         for (int w = 0; w < NWG; ++w)
 #pragma unroll
           for (int c = 0; c < DC; ++c)
-            tma_load4(sQ + qb * L::Q_BYTES + (w * DC + c) * L::Q_SUB, &tmQ, EVK_QFULL(qb), c * 64, h,
-                      m0 + 64 * w, b);
-        // the next tile asked for now: the atomic's latency passes while this tile's loads are issued
-        const int next = PERSISTENT ? (int)(gridDim.x + atomicAdd(&tile_counter[0], 1u)) : tiles;
+            tma_load4(sQ + (w * DC + c) * L::Q_SUB, &tmQ, bar_q, c * 64, h, m0 + 64 * w, b);
         for (int j = 0; j < n_blocks; ++j, ++it) {
           const int s = stage(it);
           const uint32_t par = phase(it) ^ 1u;
@@ -454,7 +442,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
           for (int c = 0; c < DC; ++c)
             tma_load4(sV + s * L::KV_TILE + c * L::KV_SUB, &tmV, EVK_VFULL(s), c * 64, hk, j * BN, b);
         }
-        t = next;
+        t = PERSISTENT ? (int)(gridDim.x + atomicAdd(&tile_counter[0], 1u)) : tiles;
       }
       if (PERSISTENT) {
         __threadfence();  // this block's last fetch before its count
@@ -474,18 +462,17 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   const int wtid = tid & 127, warp4 = wtid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const long q_stride = (long)p.heads_q * D;
+  const uint32_t sQw = sQ + cw * DC * L::Q_SUB;
+  auto release_q = [&]() {
+    if (lane == 0) mbar_arrive(bar_q_empty);
+  };
 
   uint32_t it = 0;
   for (int k = 0;; ++k) {
-    const int qb = k % QB;
-    mbar_wait(EVK_QFULL(qb), (uint32_t)((k / QB) & 1));
+    mbar_wait(bar_q, (uint32_t)(k & 1));
     int tile;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(EVK_TILE_SLOT(qb)) : "memory");
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
     if (tile < 0) break;
-    const uint32_t sQw = sQ + qb * L::Q_BYTES + cw * DC * L::Q_SUB;  // this warpgroup's Q rows
-    auto release_q = [&]() {
-      if (lane == 0) mbar_arrive(EVK_QEMPTY(qb));
-    };
     const int m0w = tile_rows(tile) + 64 * cw;  // first row of this warpgroup
     const int n_blocks = key_tiles(m0w - 64 * cw);
     // Made where they are used from the tile index: kept live over the main loop they would take
@@ -705,9 +692,6 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       }
     }
   }
-#undef EVK_QFULL
-#undef EVK_QEMPTY
-#undef EVK_TILE_SLOT
 #undef EVK_KFULL
 #undef EVK_KEMPTY
 #undef EVK_VFULL
@@ -753,9 +737,7 @@ static bool make_map(CUtensorMap* map, const void* ptr, int batch, int seqlen, i
 // Returns 0 on success, -1 when this path cannot run the shape (the caller falls back), >0 errors.
 template <int D, int BN, int NWG, int STAGES, int OVERLAP>
 static int launch(const evk_attention_params* p, cudaStream_t stream) {
-  // A second Q buffer where shared memory has room for it (not head dim 256 with two consumers).
-  constexpr int QB = Q_BUFFERS > 1 && Layout<D, BN, NWG, STAGES, 2>::SMEM <= 227 * 1024 ? 2 : 1;
-  using L = Layout<D, BN, NWG, STAGES, QB>;
+  using L = Layout<D, BN, NWG, STAGES>;
   static_assert(L::SMEM <= 227 * 1024, "shared memory over the sm_90 per-block limit");
   static_assert(NWG >= 1 && NWG <= 3, "1 to 3 consumer warpgroups");
   static_assert(RegSplit<NWG, PRODUCER_REGS>::consumer >= 128, "too few registers for the consumers");
@@ -765,7 +747,7 @@ static int launch(const evk_attention_params* p, cudaStream_t stream) {
       !make_map(&mk, p->k, p->batch, p->seqlen_k, p->heads_kv, D, BN) ||
       !make_map(&mv, p->v, p->batch, p->seqlen_k, p->heads_kv, D, BN))
     return -1;
-  auto kern = attn_hopper_kernel<D, BN, NWG, STAGES, QB, (OVERLAP != 0), PRODUCER_REGS>;
+  auto kern = attn_hopper_kernel<D, BN, NWG, STAGES, (OVERLAP != 0), PRODUCER_REGS>;
   static bool attr_done = false;  // once per instantiation
   if (!attr_done) {
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::SMEM) !=
