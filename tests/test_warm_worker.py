@@ -154,3 +154,80 @@ def test_an_installed_package_keeps_its_site_packages_visible(monkeypatch):
     monkeypatch.setattr(evokernel, "__file__", str(site / "evokernel" / "__init__.py"))
     monkeypatch.setattr(os.path, "exists", lambda path: True)
     assert site in sandbox.python_paths()
+
+
+class _Recorded:
+    """A stand-in task and backend for the speed reference's warm-up: records which shapes were called."""
+
+    def __init__(self, supported=lambda scenario: True):
+        from evokernel.harness.task import Baseline
+
+        self.called: list[int] = []
+        self.released = 0
+        self.library = Baseline(run=lambda arrays, scenario: self.called.append(scenario), supports=supported)
+        self.dtype = "float32"
+
+    # task
+    def baselines(self):
+        return {"library": self.library}
+
+    def scenario_from(self, fields):
+        return fields["n"]
+
+    def arguments(self, scenario):
+        return []
+
+    # backend
+    def make_inputs(self, arguments, scenario, seed, distribution, dtype):
+        return type("Inputs", (), {"prepared": {}, "scenario": scenario, "inputs": lambda self: {}})()
+
+    def run(self, fn, inputs):
+        return fn(inputs), {}
+
+    def release(self, inputs):
+        self.released += 1
+
+
+def test_the_speed_reference_is_called_on_each_shape_before_the_request_until_it_arrives():
+    from evokernel.harness.worker import warm_speed_reference
+
+    scenarios = [{"n": n} for n in range(5)]
+    every = _Recorded()
+    warm_speed_reference(every, every, {"speed_reference": "library", "scenarios": scenarios}, lambda: False)
+    assert every.called == [0, 1, 2, 3, 4] and every.released == 5
+    # the request arrives after two shapes: the warm-up stops there
+    stopped = _Recorded()
+    polls = iter([False, False, True])
+    warm_speed_reference(stopped, stopped, {"speed_reference": "library", "scenarios": scenarios}, lambda: next(polls))
+    assert stopped.called == [0, 1]
+    # shapes the library does not support are skipped; a kernel file or the original is never warmed up
+    odd = _Recorded(supported=lambda n: n % 2 == 1)
+    warm_speed_reference(odd, odd, {"speed_reference": "library", "scenarios": scenarios}, lambda: False)
+    assert odd.called == [1, 3]
+    for reference in ("original", "file"):
+        none = _Recorded()
+        warm_speed_reference(none, none, {"speed_reference": reference, "scenarios": scenarios}, lambda: False)
+        assert none.called == []
+
+
+def test_stdin_lines_tell_whether_the_request_has_arrived():
+    from evokernel.harness.worker import StdinLines
+
+    read_end, write_end = os.pipe()
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    try:
+        lines = StdinLines()
+        assert not lines.waiting()
+        os.write(write_end, b'{"type": "prepare"}\n{"seed": 1}\n')  # both in one write: one read takes both
+        assert lines.readline() == '{"type": "prepare"}'
+        assert lines.waiting()  # the second line is already read from the pipe, and still counts
+        assert lines.readline() == '{"seed": 1}'
+        assert not lines.waiting()
+        os.write(write_end, b'{"seed": 2}\n')
+        assert lines.waiting() and lines.readline() == '{"seed": 2}'
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read_end)
+        os.close(write_end)

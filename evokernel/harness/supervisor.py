@@ -124,10 +124,12 @@ class _Started:
     drain: _Drain
     box: Isolation
 
-    def prepare(self) -> None:
-        """Make the device context now (call only when no check is timing on this worker's device)."""
+    def prepare(self, warm: dict | None = None) -> None:
+        """Make the device context now (call only when no check is timing on this worker's device), then
+        call the library speed reference `warm` names on its scenarios until the request comes (see
+        `worker.warm_speed_reference`)."""
         try:
-            self.proc.stdin.write(b'{"type": "prepare"}\n')
+            self.proc.stdin.write(json.dumps({"type": "prepare", "warm": warm}).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # a dead worker is replaced when it is taken
@@ -232,7 +234,9 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         if keep_warm:
             if key not in _WARM:
                 _WARM[key] = _start(*key)
-            _WARM[key].prepare()
+            # the next check in this slot most likely asks for the same speed reference and scenarios
+            _WARM[key].prepare({"speed_reference": request["speed_reference"], "scenarios": request["scenarios"]}
+                               if request.get("time", True) else None)
         worker.drain.join(timeout=2)
         seconds = time.perf_counter() - started
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import random
+import select
 import signal
 import sys
 import time
@@ -78,6 +79,21 @@ def import_backend(name: str):
     return importlib.import_module(f"evokernel.harness.backends.{name}")
 
 
+def baseline_kernel(task: Task, name: str):
+    """A library baseline of the task as a kernel: its inputs prepared once per set of buffers."""
+    baseline = task.baselines()[name]
+
+    def call(inputs) -> int:
+        if name not in inputs.prepared:
+            inputs.prepared[name] = (baseline.prepare(inputs.inputs(), inputs.scenario) if baseline.prepare
+                                     else inputs.inputs())
+        baseline.run(inputs.prepared[name], inputs.scenario)
+        return 0
+
+    call.supports = baseline.supports
+    return call
+
+
 class Worker:
     def __init__(self, request: dict, channel: Channel, backend) -> None:
         self.request, self.channel, self.backend = request, channel, backend
@@ -89,27 +105,13 @@ class Worker:
         speed = request["speed_reference"]
         self.speed_reference = (self.original if speed == "original" else
                                 self.backend.load(library / "speed_reference.so", self.task.entry, language)
-                                if speed == "file" else self.baseline(speed))
-        self.baselines = {name: self.baseline(name) for name in request.get("baselines", [])}
+                                if speed == "file" else baseline_kernel(self.task, speed))
+        self.baselines = {name: baseline_kernel(self.task, name) for name in request.get("baselines", [])}
         self.seed = int(request["seed"])
         self.live: deque = deque(maxlen=2)  # this run's buffers and the previous run's (poisoned)
         self.seconds: dict[str, float] = {}  # where the worker's time goes
         self.limit_s = request["min_limit_s"]
         self.scenario_name = ""
-
-    def baseline(self, name: str):
-        """A library baseline of the task as a kernel: its inputs prepared once per set of buffers."""
-        baseline = self.task.baselines()[name]
-
-        def call(inputs) -> int:
-            if name not in inputs.prepared:
-                inputs.prepared[name] = (baseline.prepare(inputs.inputs(), inputs.scenario) if baseline.prepare
-                                         else inputs.inputs())
-            baseline.run(inputs.prepared[name], inputs.scenario)
-            return 0
-
-        call.supports = baseline.supports
-        return call
 
     def step(self, text: str, calls: int = 1) -> None:
         """Announce a step; the parent kills the worker if the next message takes longer than its limit."""
@@ -359,17 +361,58 @@ def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str
     return f"{type(exc).__name__}: {first}{where}"
 
 
-def read_request(backend_module, seconds: dict):
+class StdinLines:
+    """Lines from stdin read straight from the descriptor, so that whether the next one has arrived can be
+    asked without blocking (a buffered reader may hold it unseen)."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def waiting(self) -> bool:
+        return b"\n" in self.pending or bool(select.select([0], [], [], 0)[0])
+
+    def readline(self) -> str:
+        while b"\n" not in self.pending:
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                break
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line.decode()
+
+
+def warm_speed_reference(backend, task: Task, warm: dict, request_waiting) -> None:
+    """Call a library speed reference once on each scenario's shapes while the worker waits for its request.
+    Libraries build their plans on a shape's first call (cuDNN about 0.6 s a shape), otherwise inside the
+    check's timing. Stops as soon as the request has arrived: a screened check never calls the reference.
+    Only the task's own library code runs here, before any candidate is loaded."""
+    if warm.get("speed_reference") not in task.baselines():
+        return
+    call = baseline_kernel(task, warm["speed_reference"])
+    for fields in warm["scenarios"]:
+        if request_waiting():
+            return
+        scenario = task.scenario_from(fields)
+        if call.supports(scenario):
+            inputs = backend.make_inputs(task.arguments(scenario), scenario, 0, "normal", task.dtype)
+            backend.run(call, inputs)
+            backend.release(inputs)
+
+
+def read_request(backend_module, task: Task | None, seconds: dict):
     """The request from stdin, and the backend with its device context made. A `prepare` line before the
     request makes the context at once (the supervisor sends it when no other check is timing on the
-    device); otherwise it is made after the request, and its time is a phase of this check."""
-    line = sys.stdin.readline()
+    device), and may name a speed reference to warm up (`warm_speed_reference`); otherwise the context is
+    made after the request, and its time is a phase of this check."""
+    stdin = StdinLines()
+    request = json.loads(stdin.readline())
     backend = None
-    if json.loads(line).get("type") == "prepare":
+    if request.get("type") == "prepare":
         backend = backend_module.Backend()
-        line = sys.stdin.readline()
-    request = json.loads(line)
-    sys.stdin.close()
+        if task is not None and request.get("warm"):
+            warm_speed_reference(backend, task, request["warm"], stdin.waiting)
+        request = json.loads(stdin.readline())
+    os.close(0)
     if backend is None:
         started = time.perf_counter()
         backend = import_backend(request["backend"]).Backend()
@@ -388,10 +431,10 @@ def main() -> None:
     try:
         if warm:
             backend_module = import_backend(sys.argv[1])
-            load_task_dir(Path(sys.argv[2]))
+            task = load_task_dir(Path(sys.argv[2]))
         else:
-            backend_module = None
-        request, backend = read_request(backend_module, seconds)
+            backend_module, task = None, None
+        request, backend = read_request(backend_module, task, seconds)
         signal.alarm(math.ceil(request["self_destruct_s"]))  # SIGALRM's default action ends the process
         channel = channel or Channel(int(request.get("channel_fd", 3)))
         worker = Worker(request, channel, backend)
