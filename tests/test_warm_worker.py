@@ -145,6 +145,25 @@ def test_the_sandbox_shows_the_package_but_not_the_checkout_around_it(tmp_path, 
     assert proc.stdout.split() == ["True", "False", "False"], proc.stdout + proc.stderr
 
 
+def test_a_script_run_from_tmp_leaves_the_sandbox_its_own_tmp(tmp_path, monkeypatch):
+    """`python /tmp/x.py` puts /tmp on sys.path; bound over the sandbox's /tmp it showed the host's temporary
+    files and made /tmp read-only, where compilers write theirs ("nvcc fatal: Could not open output file")."""
+    if not sandbox.isolation().enforced:
+        pytest.skip(sandbox.isolation().describe())
+    monkeypatch.syspath_prepend("/tmp")
+    host_file = Path("/tmp") / f"evk-host-{os.getpid()}"
+    host_file.write_text("a host temporary file")
+    try:
+        probe = ("import os, sys, tempfile; print(os.path.exists(sys.argv[1]));"
+                 "tempfile.NamedTemporaryFile(dir='/tmp').close(); print('writable')")
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        proc = sandbox.run_isolated([sys.executable, "-c", probe, str(host_file)], scratch, [], timeout_s=60)
+        assert proc.stdout.split() == ["False", "writable"], proc.stdout + proc.stderr
+    finally:
+        host_file.unlink()
+
+
 def test_an_installed_package_keeps_its_site_packages_visible(monkeypatch):
     """Installed (not a checkout), the package's parent is site-packages: numpy and torch live there."""
     import evokernel

@@ -80,7 +80,9 @@ def python_paths() -> list[Path]:
     import evokernel
 
     package = Path(evokernel.__file__).resolve().parent
-    left_out = {Path(os.getcwd()).resolve(), Path("/")}
+    # and not /tmp (a script run from /tmp puts it on sys.path): bound over the sandbox's own /tmp, it would
+    # show the host's temporary files and leave the compilers nowhere to write theirs
+    left_out = {Path(os.getcwd()).resolve(), Path("/"), Path("/tmp")}
     if package.parent.name not in ("site-packages", "dist-packages"):  # a checkout, not an installation
         left_out.add(package.parent)
     paths = {Path(sys.prefix), Path(sys.base_prefix), package}
