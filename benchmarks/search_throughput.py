@@ -218,9 +218,17 @@ def main() -> None:
     parser.add_argument("--runs-dir", type=Path, help="keep the benchmark runs here (default: a temp dir)")
     parser.add_argument("--results", type=Path, help="append the figures to this RESULTS.md")
     args = parser.parse_args()
+    try:
+        low, high = (float(x) * args.latency_scale for x in args.latency.split(","))
+        slot_counts = [int(n) for n in args.max_parallel.split(",") if n.strip()] or [None]
+    except ValueError:
+        parser.exit(2, f"error: --latency takes LOW,HIGH and --max-parallel counts such as 1,2 (got "
+                       f"'{args.latency}' and '{args.max_parallel}')\n")
+    if min(args.evaluations, args.slow_evaluations) < 0 or args.evaluations + args.slow_evaluations == 0 \
+            or any(n is not None and n < 1 for n in slot_counts):
+        parser.exit(2, "error: --evaluations and --slow-evaluations are 0 or more, not both 0; --max-parallel "
+                       "counts are 1 or more\n")
     args.task = args.task or ("attention-fwd" if detect_gpus() else "attention-fwd-cpu")
-    low, high = (float(x) * args.latency_scale for x in args.latency.split(","))
-    slot_counts = [int(n) for n in args.max_parallel.split(",") if n.strip()] or [None]
     random.seed(args.random_seed)
 
     connect(None)
@@ -230,11 +238,12 @@ def main() -> None:
         for slots in slot_counts:
             per_slot = slots or max(1, detect_gpus())
             base = Path(args.seed or get_task(args.task).original).read_text() if args.faster_seed else None
-            rows += [run_once(args, Variant(base), args.evaluations * per_slot, args.concurrency, slots, runs_dir,
-                              "fast"),
-                     run_once(args, SlowVariant(low, high, base), args.slow_evaluations * per_slot, args.concurrency,
-                              slots,
-                              runs_dir, f"slow {low:g}-{high:g} s x{args.concurrency}")]
+            if args.evaluations:
+                rows.append(run_once(args, Variant(base), args.evaluations * per_slot, args.concurrency, slots,
+                                     runs_dir, "fast"))
+            if args.slow_evaluations:
+                rows.append(run_once(args, SlowVariant(low, high, base), args.slow_evaluations * per_slot,
+                                     args.concurrency, slots, runs_dir, f"slow {low:g}-{high:g} s x{args.concurrency}"))
     frame = pd.DataFrame(rows)
     title = f"search throughput · {args.task} · scenarios '{args.scenarios}'"
     show(frame, title)
