@@ -229,6 +229,18 @@ def test_the_speed_reference_is_called_on_each_shape_before_the_request_until_it
         assert none.called == []
 
 
+def test_the_next_worker_is_told_the_last_checks_speed_reference_and_scenarios(monkeypatch):
+    told = []
+    real_prepare = supervisor._Started.prepare
+    monkeypatch.setattr(supervisor._Started, "prepare", lambda self, warm=None: (told.append(warm), real_prepare(self, warm)))
+    report = check_source(ORIGINAL, TASK, OPTIONS)
+    assert report.correct, report.failure
+    assert told and told[-1]["speed_reference"] == "original"
+    assert [TASK.scenario_from(fields) for fields in told[-1]["scenarios"]] == TASK.scenarios("quick")
+    check_source(ORIGINAL, TASK, CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, time_kernels=False))
+    assert told[-1] is None  # a check that times nothing gives nothing to warm up
+
+
 def test_stdin_lines_tell_whether_the_request_has_arrived():
     from evokernel.harness.worker import StdinLines
 
