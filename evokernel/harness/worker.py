@@ -25,6 +25,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -381,7 +382,7 @@ class StdinLines:
         return line.decode()
 
 
-def warm_speed_reference(backend, task: Task, warm: dict, request_waiting) -> None:
+def warm_speed_reference(backend, task: Task, warm: dict, request_waiting: Callable[[], bool]) -> None:
     """Call a library speed reference once on each scenario's shapes while the worker waits for its request.
     Libraries build their plans on a shape's first call (cuDNN about 0.6 s a shape), otherwise inside the
     check's timing. Stops as soon as the request has arrived: a screened check never calls the reference.
