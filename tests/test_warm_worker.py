@@ -200,9 +200,6 @@ class _Recorded:
     def make_inputs(self, arguments, scenario, seed, distribution, dtype):
         return type("Inputs", (), {"prepared": {}, "scenario": scenario, "inputs": lambda self: {}})()
 
-    def run(self, fn, inputs):
-        return fn(inputs), {}
-
     def release(self, inputs):
         self.released += 1
 

@@ -473,8 +473,8 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     int tile;
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tile) : "r"(tile_slot) : "memory");
     if (tile < 0) break;
-    const int m0w = tile_rows(tile) + 64 * cw;  // first row of this warpgroup
-    const int n_blocks = key_tiles(m0w - 64 * cw);
+    const int m0 = tile_rows(tile), m0w = m0 + 64 * cw;  // the tile's first row, this warpgroup's
+    const int n_blocks = key_tiles(m0);
     // Made where they are used from the tile index: kept live over the main loop they would take
     // registers the loop needs.
     auto out_rows = [&]() {

@@ -396,8 +396,8 @@ def warm_speed_reference(backend, task: Task, warm: dict, request_waiting: Calla
         scenario = task.scenario_from(fields)
         if call.supports(scenario):
             inputs = backend.make_inputs(task.arguments(scenario), scenario, 0, "normal", task.dtype)
-            backend.run(call, inputs)
-            backend.release(inputs)
+            call(inputs)
+            backend.release(inputs)  # waits for the call (nothing of its output is read)
 
 
 def read_request(backend_module, task: Task | None, seconds: dict):
