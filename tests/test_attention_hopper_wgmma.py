@@ -53,9 +53,15 @@ def test_seed_is_one_file_that_passes_the_static_guard():
 
 
 @needs_nvcc
-def test_seed_builds_without_spills_and_every_knob_value_builds():
+def serialised_wgmma(log: str) -> list[str]:
+    """ptxas's notes that it serialised the wgmma pipeline (C7515, C7520: the kernel runs, far slower)."""
+    return [line for line in log.splitlines() if "wgmma.mma_async instructions are serialized" in line]
+
+
+def test_seed_builds_without_spills_or_serialised_wgmma_and_every_knob_value_builds():
     seed = build(SEED.read_text(), TASK.language, TASK.header)
     assert seed.ok, seed.log[-2000:]
+    assert not serialised_wgmma(seed.log), serialised_wgmma(seed.log)
     frames = [line.strip() for line in seed.log.splitlines() if "bytes stack frame" in line]
     assert frames and all(line == "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" for line in frames)
     # setmaxnreg needs the kernel capped at entry: the wgmma kernels report the launch-bound cap
@@ -66,6 +72,7 @@ def test_seed_builds_without_spills_and_every_knob_value_builds():
         assert " 0 bytes spill stores" in result.log and "bytes spill stores" in result.log
         spilled = [line for line in result.log.splitlines() if "spill stores" in line and " 0 bytes spill stores" not in line]
         assert not spilled, spilled
+        assert not serialised_wgmma(result.log), serialised_wgmma(result.log)
 
 
 @needs_nvcc

@@ -17,7 +17,8 @@
 // of 128-byte rows (one per 64 columns of the head dim), the 16-byte chunk index XORed with
 // (row & 7); every sub-tile is 1024-byte aligned so wgmma descriptors use base offset 0.
 // The tensor maps view q/k/v [B, S, H, D] as a 4-D tensor (D, H, S, B): rows past seqlen are
-// zero-filled by TMA and masked in the softmax; a row with no visible key writes zeros.
+// zero-filled by TMA and masked in the softmax; a row with no visible key writes zeros. A warpgroup
+// whose 64 rows all lie outside the sequence (in a partial tile) skips the tile.
 //
 // Shapes the wgmma path does not cover (seqlen_q < MIN_SEQLEN_Q_WGMMA, seqlen_k == 0, or a tensor
 // map the driver refuses) run the FlashAttention-2 style mma.sync kernel at the end of this file;
@@ -55,6 +56,9 @@
 #define PRODUCER_REGS 24
 // Causal: a head's work tiles in reverse order of their rows (the longest first), 0 = natural order.
 #define CAUSAL_LONGEST_FIRST 1  // @knob 0,1
+// Work tiles end at the last query row, so a partial tile (Sq not a multiple of BM) holds the first
+// rows, which a causal mask makes the cheapest; 0 = tiles start at row 0 (the partial one is last).
+#define TILES_FROM_END 1  // @knob 0,1
 // One block per multiprocessor taking work tiles until none is left (the next tile's Q, K and V
 // load while the last one finishes), 0 = one block per work tile.
 #define PERSISTENT 1  // @knob 0,1
@@ -106,6 +110,9 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_n(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
@@ -374,10 +381,13 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   const int diag = Sk - Sq;  // key j visible to query i iff j <= i + diag
   const int n_mb = (Sq + BM - 1) / BM;
   const int tiles = n_mb * p.heads_q * p.batch;
-  auto tile_rows = [&](int t) {  // first query row of tile t
-    const int x = t % n_mb;
-    return (longest_first ? n_mb - 1 - x : x) * BM;
+  auto tile_rows = [&](int t) {  // first query row of tile t (negative: its first rows lie before 0)
+    const int x = longest_first ? n_mb - 1 - (t % n_mb) : t % n_mb;
+    return TILES_FROM_END ? Sq - (n_mb - x) * BM : x * BM;
   };
+  // Consumer warpgroups whose 64 rows all lie outside the sequence (in a partial tile) skip the tile
+  // and the producer arrives for them on the key tiles' barriers.
+  auto outside = [&](int m0w) { return m0w + 64 <= 0 || m0w >= Sq; };
   auto key_tiles = [&](int m0) {  // key tiles the query block at m0 sees
     const int n_end = p.causal ? min(Sk, min(m0 + BM, Sq) + diag) : Sk;
     return n_end > 0 ? (n_end + BN - 1) / BN : 0;
@@ -421,6 +431,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         const int h = hb % p.heads_q, b = hb / p.heads_q;
         const int hk = h / (p.heads_q / p.heads_kv);
         const int n_blocks = key_tiles(m0);
+        uint32_t idle_warps = 0;  // of consumers that skip the tile, arrived for by the producer
+#pragma unroll
+        for (int w = 0; w < NWG; ++w) idle_warps += outside(m0 + 64 * w) ? 4u : 0u;
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_slot), "r"(t) : "memory");
         mbar_expect_tx(bar_q, L::Q_BYTES);
 #pragma unroll
@@ -436,11 +449,13 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #pragma unroll
           for (int c = 0; c < DC; ++c)
             tma_load4(sK + s * L::KV_TILE + c * L::KV_SUB, &tmK, EVK_KFULL(s), c * 64, hk, j * BN, b);
+          if (idle_warps) mbar_arrive_n(EVK_KEMPTY(s), idle_warps);  // after the wait: this use's phase
           if (it >= STAGES) mbar_wait(EVK_VEMPTY(s), par);
           mbar_expect_tx(EVK_VFULL(s), L::KV_TILE);
 #pragma unroll
           for (int c = 0; c < DC; ++c)
             tma_load4(sV + s * L::KV_TILE + c * L::KV_SUB, &tmV, EVK_VFULL(s), c * 64, hk, j * BN, b);
+          if (idle_warps) mbar_arrive_n(EVK_VEMPTY(s), idle_warps);
         }
         t = PERSISTENT ? (int)(gridDim.x + atomicAdd(&tile_counter[0], 1u)) : tiles;
       }
@@ -482,12 +497,16 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
       return (bf16*)p.o + ((long)(hb / p.heads_q) * Sq * p.heads_q + hb % p.heads_q) * D;
     };
 
-    if (n_blocks == 0) {  // causal rows that see no key
+    // A skipped tile (see `outside`), or causal rows that see no key (zeros written). The vote makes
+    // the branch warp-uniform to ptxas; a branch it cannot prove uniform serialises every wgmma (C7520).
+    const bool skip = __all_sync(0xffffffffu, outside(m0w));
+    if (skip || n_blocks == 0) {
       release_q();
+      it += n_blocks;
       bf16* const gO = out_rows();
-      for (int i = wtid; i < 64 * (D / 8); i += 128) {
+      for (int i = wtid; i < 64 * (D / 8) && !skip; i += 128) {
         const int r = i / (D / 8), c = i % (D / 8);
-        if (m0w + r < Sq)
+        if (m0w + r >= 0 && m0w + r < Sq)
           *reinterpret_cast<uint4*>(gO + (long)(m0w + r) * q_stride + c * 8) = make_uint4(0, 0, 0, 0);
       }
       continue;
@@ -686,7 +705,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
 #pragma unroll
           for (int q = 0; q < 4; ++q) out[q] = from == q ? v : out[q];
         }
-        if (row < Sq)
+        if (row >= 0 && row < Sq)
           *reinterpret_cast<uint4*>(gO + (long)row * q_stride + (4 * c4 + t) * 8) =
               make_uint4(out[0], out[1], out[2], out[3]);
       }
