@@ -32,7 +32,8 @@ def test_knobs_reach_what_matters_on_hopper():
     for head_dim in (64, 128, 256):
         per_dim = {f"BLOCK_N_HD{head_dim}", f"CONSUMERS_HD{head_dim}", f"STAGES_HD{head_dim}", f"OVERLAP_HD{head_dim}"}
         assert per_dim <= set(knobs), per_dim - set(knobs)
-    assert {"PERSISTENT", "CAUSAL_LONGEST_FIRST", "MIN_SEQLEN_Q_WGMMA", "DECODE_SPLITS_MAX"} <= set(knobs)
+    assert {"PERSISTENT", "PINGPONG", "CAUSAL_LONGEST_FIRST", "TILES_FROM_END", "MIN_SEQLEN_Q_WGMMA",
+            "DECODE_SPLITS_MAX"} <= set(knobs)
     assert all(k.value in k.values for k in knobs.values())
     assert sum(len(k.values) > 1 for k in knobs.values()) >= 12
     # the variants cover every value of every knob

@@ -9,7 +9,9 @@
 // (both operands from shared memory, K-major, 128-byte swizzle), online softmax in registers (exp2),
 // then O += P V with wgmma, P taken from registers (the accumulator layout of S is the register
 // A-operand layout) and V read N-major (transposed) from shared memory. With OVERLAP, the Q K^T of
-// tile j+1 and the P V of tile j are in flight while the softmax of tile j+1 runs. The K/V ring runs
+// tile j+1 and the P V of tile j are in flight while the softmax of tile j+1 runs, and O is rescaled
+// between the two issues. With PINGPONG the consumer warpgroups take turns to issue their GEMMs, so
+// one's softmax runs beside another's GEMMs. The K/V ring runs
 // on across work tiles, and a work tile's Q is released once its last Q K^T is done, so the next
 // tile's loads overlap the end of the current one.
 //
@@ -62,6 +64,9 @@
 // One block per multiprocessor taking work tiles until none is left (the next tile's Q, K and V
 // load while the last one finishes), 0 = one block per work tile.
 #define PERSISTENT 1  // @knob 0,1
+// Ping-pong: the consumer warpgroups take turns to issue their GEMMs (named barriers, round robin),
+// so one's softmax runs while another's GEMMs use the tensor cores; 0 = each issues when ready.
+#define PINGPONG 1  // @knob 0,1
 // Query lengths below this use the mma.sync fallback (decode-like shapes).
 #define MIN_SEQLEN_Q_WGMMA 64  // @knob 1,16,64,128
 // Most key splits of the fallback when its query blocks leave multiprocessors idle (1 = no split).
@@ -151,6 +156,13 @@ __device__ __forceinline__ void wg_commit() {
 template <int N>
 __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Named barriers (0 is __syncthreads): `threads` counts the warps that sync and those that arrive.
+__device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // Keeps the compiler from moving accesses of wgmma accumulators across issue/wait points.
 template <int M>
@@ -481,6 +493,17 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
   auto release_q = [&]() {
     if (lane == 0) mbar_arrive(bar_q_empty);
   };
+  // Ping-pong turns: warpgroup cw issues a group of GEMMs once warpgroup cw - 1 has issued its own
+  // (barrier 1 + cw), then hands the turn on. Every warpgroup of a work tile takes the same number of
+  // turns (one per group below, also when it skips the tile), so the round robin never loses step.
+  constexpr bool PP = PINGPONG && NWG >= 2;
+  auto turn_wait = [&]() {
+    if constexpr (PP) named_sync(1u + cw, 256u);
+  };
+  auto turn_pass = [&]() {
+    if constexpr (PP) named_arrive(1u + (cw + 1) % NWG, 256u);
+  };
+  if (PP && cw == NWG - 1) turn_pass();  // the first turn is warpgroup 0's
 
   uint32_t it = 0;
   for (int k = 0;; ++k) {
@@ -503,6 +526,11 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     if (skip || n_blocks == 0) {
       release_q();
       it += n_blocks;
+      const int turns = n_blocks == 0 ? 0 : OVERLAP ? n_blocks + 1 : 2 * n_blocks;
+      for (int i = 0; i < turns && PP; ++i) {
+        turn_wait();
+        turn_pass();
+      }
       bf16* const gO = out_rows();
       for (int i = wtid; i < 64 * (D / 8) && !skip; i += 128) {
         const int r = i / (D / 8), c = i % (D / 8);
@@ -601,50 +629,57 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     };
 
     if constexpr (OVERLAP) {
-      // Prologue: S_0, softmax_0.
+      // Prologue: S_0, softmax_0. corr holds the last softmax's correction of O, applied while the
+      // next Q K^T runs, before the P V it precedes.
+      float corr[2];
       mbar_wait(EVK_KFULL(stage(it)), phase(it));
+      turn_wait();
       wg_fence();
       issue_qk(0);
       wg_commit();
+      turn_pass();
       wg_wait<0>();
       fence_regs(sacc);
       if (lane == 0) mbar_arrive(EVK_KEMPTY(stage(it)));
       if (n_blocks == 1) release_q();
-      {
-        float corr[2];
-        softmax(0, corr);
-      }
+      softmax(0, corr);
       pack_p();
       for (int j = 1; j < n_blocks; ++j) {
         const int s = stage(it + j), sp = stage(it + j - 1);
         mbar_wait(EVK_KFULL(s), phase(it + j));
+        turn_wait();
         fence_regs(sacc);
         fence_regs(o);
         wg_fence();
         issue_qk(j);
         wg_commit();
+        rescale_o(corr);
+        fence_regs(o);
         mbar_wait(EVK_VFULL(sp), phase(it + j - 1));
+        wg_fence();
         issue_pv(j - 1);
         wg_commit();
+        turn_pass();
         wg_wait<1>();
         fence_regs(sacc);
         if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
         if (j == n_blocks - 1) release_q();
-        float corr[2];
         softmax(j, corr);
         wg_wait<0>();
         fence_regs(o);
         if (lane == 0) mbar_arrive(EVK_VEMPTY(sp));
-        rescale_o(corr);
         pack_p();
       }
       {
         const int s = stage(it + n_blocks - 1);
         mbar_wait(EVK_VFULL(s), phase(it + n_blocks - 1));
+        rescale_o(corr);
+        turn_wait();
         fence_regs(o);
         wg_fence();
         issue_pv(n_blocks - 1);
         wg_commit();
+        turn_pass();
         wg_wait<0>();
         fence_regs(o);
         if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
@@ -654,10 +689,12 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         const int s = stage(it + j);
         const uint32_t par = phase(it + j);
         mbar_wait(EVK_KFULL(s), par);
+        turn_wait();
         fence_regs(sacc);
         wg_fence();
         issue_qk(j);
         wg_commit();
+        turn_pass();
         wg_wait<0>();
         fence_regs(sacc);
         if (lane == 0) mbar_arrive(EVK_KEMPTY(s));
@@ -667,10 +704,12 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         rescale_o(corr);
         pack_p();
         mbar_wait(EVK_VFULL(s), par);
+        turn_wait();
         fence_regs(o);
         wg_fence();
         issue_pv(j);
         wg_commit();
+        turn_pass();
         wg_wait<0>();
         fence_regs(o);
         if (lane == 0) mbar_arrive(EVK_VEMPTY(s));
