@@ -157,7 +157,7 @@ template <int N>
 __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Named barriers (0 is __syncthreads): `threads` counts the warps that sync and those that arrive.
+// Named barriers (0 is __syncthreads): `threads` counts the threads that sync and those that arrive.
 __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
