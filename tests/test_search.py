@@ -376,6 +376,26 @@ def test_the_best_kernel_is_re_timed_against_the_seed_and_the_summary_says_so(tm
         assert store.meta()["best_recheck"]["at"] == record["at"] and resumed.best.id == 2
 
 
+def test_with_several_seeds_the_best_is_compared_with_the_fastest_seed(tmp_path, capsys):
+    """Two seeds, the slower one first: the child's gain and its re-timing are against the faster seed
+    (over the slower one any kernel of the search would look like a gain)."""
+    from evokernel.cli.run import _print_outcome
+
+    slow, slower = tmp_path / "slow.c", tmp_path / "slower.c"
+    slower.write_text(ORIGINAL.replace(ENTRY, ENTRY + "  for (volatile int spin = 0; spin < 600000; spin++) {}\n"))
+    slow.write_text(ORIGINAL.replace(ENTRY, ENTRY + "  for (volatile int spin = 0; spin < 150000; spin++) {}\n"))
+    config = load_config(make_config(tmp_path, seeds=[str(slower), str(slow)], budget={"evaluations": 3}))
+    result = Search(config, tmp_path / "run", operator_set={"unslow": (Unslow(), 1.0)}).run()
+    assert result.best.id == 3 and (result.stats.seed_id, result.stats.seed_fitness) == (2, finished_rows(
+        tmp_path / "run")[1].fitness)
+    with Store(tmp_path / "run", readonly=True) as store:
+        assert store.meta()["best_recheck"]["seed_id"] == 2
+    capsys.readouterr()
+    _print_outcome(result, tmp_path / "run", "original")
+    out = capsys.readouterr().out
+    assert "the seed (individual 2) in the search" in out and "re-timed against seed #2" in out
+
+
 @pytest.mark.parametrize("resources, message", [
     ({"cpus_per_evaluation": 64}, "field 'resources.cpus_per_evaluation': 64 CPUs per evaluation, and the Ray "
                                   "cluster has 2"),

@@ -24,7 +24,7 @@ class SearchStats:
     slots: int = 0
     best_id: int | None = None
     best_fitness: float | None = None
-    seed_id: int | None = None
+    seed_id: int | None = None  # the fastest correct seed: the bar a search's kernel has to clear
     seed_fitness: float | None = None
     failures: Counter = field(default_factory=Counter)  # rejected evaluations by kind of reason
     duplicates: int = 0  # proposals identical to an earlier kernel: skipped, not evaluated
