@@ -253,6 +253,44 @@ def test_prebuild_fills_the_build_cache(tmp_path, monkeypatch):
     assert build(source, task.language, task.header).cached
 
 
+def test_a_build_under_way_is_waited_for_not_repeated(tmp_path, monkeypatch):
+    """A check that finds its candidate being prebuilt waits for that build (one compile, not two)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evokernel.harness import build as build_module
+
+    monkeypatch.setenv("EVOKERNEL_CACHE", str(tmp_path / "cache"))
+    compiles = []
+    compile_for_real = build_module.run_isolated
+
+    def slow_compile(*args, **kwargs):
+        compiles.append(time.time())
+        time.sleep(1.0)
+        return compile_for_real(*args, **kwargs)
+
+    monkeypatch.setattr(build_module, "run_isolated", slow_compile)
+    task = get_task("attention-fwd-cpu")
+    with ThreadPoolExecutor(2) as threads:
+        results = list(threads.map(lambda _: build_module.build(ORIGINAL, task.language, task.header), range(2)))
+    assert len(compiles) == 1 and all(r.ok for r in results)
+    waited = next(r for r in results if r.cached)
+    assert waited.seconds >= 0.9 and waited.library == next(r for r in results if not r.cached).library
+
+
+def test_gpu_candidates_are_proposed_far_enough_ahead_to_be_built_before_their_slot_is_free(tmp_path, monkeypatch):
+    """An evaluator that compiles ahead gets `builds_ahead` more queued candidates per slot to compile."""
+    from evokernel.evaluation.local import LocalEvaluator
+
+    queued_at_prebuild: list[int] = []
+    monkeypatch.setattr(LocalEvaluator, "builds_ahead", 2)
+    monkeypatch.setattr(LocalEvaluator, "prebuild", lambda self, source: queued_at_prebuild.append(len(search.queue)))
+    config = load_config(make_config(tmp_path, budget={"evaluations": 6},
+                                     resources={"evaluator": "local", "max_parallel": 1}))
+    search = Search(config, tmp_path / "run", operator_set={"knob-mutation": (KnobMutation(), 1.0)})
+    assert search.run().stats.evaluations == 6
+    assert max(queued_at_prebuild) == 3  # one per slot, and two more to build ahead
+
+
 def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
     import copy
 

@@ -43,6 +43,7 @@ class Evaluator(ABC):
 
     slots: int
     measures = True  # False: reports are recorded ones, so nothing can be re-timed
+    builds_ahead = 0  # queued candidates per slot that `prebuild` can compile before a slot is free
 
     def __init__(self, slots: int) -> None:
         self.slots = slots

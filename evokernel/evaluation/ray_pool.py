@@ -23,6 +23,9 @@ from evokernel.harness.check import build_checked
 DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
 MAX_RESENDS = 5  # calls sent again to an actor that was restarting (it never ran them)
 RESEND_DELAY_S = 1.0
+# Queued CUDA candidates per slot compiled ahead: a Hopper-seed variant takes 6.5-9.3 s to build and a
+# screened check 4-5 s (H200, 2026-12-01), so with one queued per slot every other check waited for its build.
+BUILDS_AHEAD = 2
 
 
 def connect(address: str | None) -> bool:
@@ -90,6 +93,7 @@ class RayPool(Evaluator):
         self.actors = [remote.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(task, asdict(options))
                        for _ in range(slots)]
         self.builds: list = []  # prebuilds in progress
+        self.builds_ahead = BUILDS_AHEAD if self.task.language == "cuda" else 0
         self._prebuild = ray.remote(num_cpus=1, max_retries=0)(_prebuild)
         self.deadline_s = options.timeout_s + options.compile_timeout_s + DEADLINE_MARGIN_S
 

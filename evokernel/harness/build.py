@@ -6,16 +6,18 @@ Compilers run with a time limit and an environment without secrets; their output
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from evokernel.harness.languages import LANGUAGES
+from evokernel.harness.languages import LANGUAGES, Language
 from evokernel.harness.sandbox import SCRATCH, run_isolated
 
 LOG_LIMIT = 6000
@@ -62,23 +64,42 @@ def first_error_lines(log: str, lines: int = 8) -> list[str]:
     return [] if start is None else all_lines[start:start + lines]
 
 
+@contextmanager
+def _held(lock: Path):
+    """An exclusive lock on `lock` (released when its holder ends, also when it is killed)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def build(source: str, language: str, header: Path, timeout_s: float = 180.0) -> BuildResult:
-    """Compile `source` (text) against the task's ABI header; reuse an earlier build of the same input."""
+    """Compile `source` (text) against the task's ABI header; reuse an earlier build of the same input.
+    One process builds a given input at a time: a check whose candidate is being prebuilt waits for
+    that build instead of compiling it again from the start."""
     facts = LANGUAGES[language]
-    suffix = facts.extension
-    probe = facts.compile_command(Path("kernel" + suffix), header.parent, Path("kernel.so"))
+    probe = facts.compile_command(Path("kernel" + facts.extension), header.parent, Path("kernel.so"))
     key = hashlib.sha256("\0".join([source, header.read_text(), *probe]).encode()).hexdigest()[:24]
     directory = cache_root() / key
-    library = directory / "kernel.so"
-    log_file = directory / "build.log"
-    if library.exists():
-        return BuildResult(True, library, log_file.read_text() if log_file.exists() else "", 0.0, cached=True)
+    start = time.perf_counter()
+    with _held(directory.with_name(key + ".lock")):
+        library, log_file = directory / "kernel.so", directory / "build.log"
+        if library.exists():
+            return BuildResult(True, library, log_file.read_text() if log_file.exists() else "",
+                               time.perf_counter() - start, cached=True)
+        result = _compile(source, facts, header, directory, timeout_s)
+    result.seconds = time.perf_counter() - start  # a wait for another process's build included
+    return result
+
+
+def _compile(source: str, facts: Language, header: Path, directory: Path, timeout_s: float) -> BuildResult:
+    """Compile into a scratch directory beside `directory`, which it becomes on success."""
+    suffix = facts.extension
     scratch = directory.with_name(directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     (scratch / ("kernel" + suffix)).write_text(source)
     command = facts.compile_command(SCRATCH / ("kernel" + suffix), header.parent, SCRATCH / "kernel.so")
-    start = time.perf_counter()
     try:
         if shutil.which(command[0]) is None:
             raise FileNotFoundError(command[0])
@@ -89,13 +110,12 @@ def build(source: str, language: str, header: Path, timeout_s: float = 180.0) ->
         log, ok = f"compile timed out after {timeout_s:.0f} s", False
     except FileNotFoundError:
         log, ok = f"compiler '{command[0]}' not found on this machine", False
-    seconds = time.perf_counter() - start
     (scratch / "build.log").write_text(log)
     if not ok:
         shutil.rmtree(scratch, ignore_errors=True)
-        return BuildResult(False, None, log, seconds)
+        return BuildResult(False, None, log, 0.0)
     try:
         scratch.rename(directory)
-    except OSError:  # another process built the same source meanwhile
+    except OSError:  # another host built the same source meanwhile (a shared cache directory)
         shutil.rmtree(scratch, ignore_errors=True)
-    return BuildResult(True, library, log, seconds)
+    return BuildResult(True, directory / "kernel.so", log, 0.0)

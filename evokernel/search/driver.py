@@ -460,7 +460,7 @@ class Search:
             raise KeyboardInterrupt from None
         self.stats.slots = evaluator.slots
         llm_lookahead = self.config.llm.max_concurrent if self.stats.llm else 0
-        self.lookahead = evaluator.slots * self.config.offspring_per_step + llm_lookahead
+        self.lookahead = evaluator.slots * (self.config.offspring_per_step + evaluator.builds_ahead) + llm_lookahead
         return evaluator
 
     def _announce(self, line: str) -> None:
