@@ -248,6 +248,8 @@ def test_lineage_tree_without_id_is_the_whole_descendant_tree(runs_dir):
     assert out.count("★") == 2 and "(shown above)" in out
     # the compiler message is not cut
     assert "#7 knob-mutation rejected: candidate does not compile: x.c:5: error: expected ';'" in out
+    # the run has ended: its queued kernel is not said to be pending
+    assert "#8 question-mutation q-layer not evaluated (the run stopped first; --resume evaluates it)" in out
 
 
 def test_lineage_tree_gain_is_over_the_parent_it_is_shown_under(runs_dir):

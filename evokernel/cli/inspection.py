@@ -33,8 +33,10 @@ def _kernel_label(run, ind, parent=None) -> str:
     elif ind.status == "rejected":
         reason = (run.failure(ind.id) or "").strip().splitlines()
         result = f"[red]rejected[/]: {escape(reason[0] if reason else '')}"
-    else:
+    elif run.store.meta().get("status") == "running":
         result = f"[dim]{ind.status}[/]"
+    else:  # proposed, then the run stopped before its check (a budget, an interrupt)
+        result = "[dim]not evaluated (the run stopped first; --resume evaluates it)[/]"
     return f"[bold]#{ind.id}[/] {ind.operator}{question} {result}"
 
 
