@@ -87,13 +87,13 @@ def build(source: str, language: str, header: Path, timeout_s: float = 180.0) ->
         if library.exists():
             return BuildResult(True, library, log_file.read_text() if log_file.exists() else "",
                                time.perf_counter() - start, cached=True)
-        result = _compile(source, facts, header, directory, timeout_s)
-    result.seconds = time.perf_counter() - start  # a wait for another process's build included
-    return result
+        ok, log = _compile(source, facts, header, directory, timeout_s)
+    # the time includes any wait for another process's build of the same input
+    return BuildResult(ok, library if ok else None, log, time.perf_counter() - start)
 
 
-def _compile(source: str, facts: Language, header: Path, directory: Path, timeout_s: float) -> BuildResult:
-    """Compile into a scratch directory beside `directory`, which it becomes on success."""
+def _compile(source: str, facts: Language, header: Path, directory: Path, timeout_s: float) -> tuple[bool, str]:
+    """Compile into a scratch directory beside `directory`, which it becomes on success; (ok, log)."""
     suffix = facts.extension
     scratch = directory.with_name(directory.name + f".tmp{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
@@ -113,9 +113,9 @@ def _compile(source: str, facts: Language, header: Path, directory: Path, timeou
     (scratch / "build.log").write_text(log)
     if not ok:
         shutil.rmtree(scratch, ignore_errors=True)
-        return BuildResult(False, None, log, 0.0)
+        return False, log
     try:
         scratch.rename(directory)
     except OSError:  # another host built the same source meanwhile (a shared cache directory)
         shutil.rmtree(scratch, ignore_errors=True)
-    return BuildResult(True, directory / "kernel.so", log, 0.0)
+    return True, log

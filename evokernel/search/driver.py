@@ -146,8 +146,7 @@ class Search:
                 self.queue.append(_Queued(row.id, self.store.source(row), None))
             elif row.status == "rejected":
                 self.stats.failures[failure_kind(row.failure)] += 1
-            if row.operator == "seed":
-                self._note_seed(row)
+            self._note_seed(row)
         self.stats.evaluations = sum(1 for row in earlier if row.status in ("correct", "rejected"))
         self.human.restore()
         if self.resume:
@@ -333,8 +332,7 @@ class Search:
         self.stats.screened += bool(report.get("reference_reused"))
         if row.status == "correct":
             self._join(row, self.store.source(row), self.islands.get(key))
-            if row.operator == "seed":
-                self._note_seed(row)
+            self._note_seed(row)
             outcome = f"correct, speedup {row.fitness:.3f}"
         else:
             self.stats.failures[failure_kind(row.failure)] += 1
@@ -353,13 +351,13 @@ class Search:
         best = self.population.best()
         self.stats.best_id, self.stats.best_fitness = best.id, best.fitness.values[1]
 
-
     def _note_seed(self, row: Individual) -> None:
         """Keep the fastest correct seed: with several seeds, a kernel of the search counts as a gain only
         over the best one (the end-of-run re-timing is against it too)."""
-        if row.status == "correct" and row.fitness and (self.stats.seed_fitness is None
-                                                         or row.fitness > self.stats.seed_fitness):
+        if (row.operator == "seed" and row.status == "correct" and row.fitness
+                and (self.stats.seed_fitness is None or row.fitness > self.stats.seed_fitness)):
             self.stats.seed_id, self.stats.seed_fitness = row.id, row.fitness
+
     def _over_time_or_money(self) -> bool:
         """Whether the wall-time or USD budget is spent: then nothing more is proposed or submitted."""
         cost = self.stats.cost_usd if self.stats.llm else None
