@@ -5,12 +5,15 @@ and what the sandbox shows of the installation."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from evokernel.harness import CheckOptions, check_source, get_task, sandbox, supervisor
+from evokernel.harness import CheckOptions, check, check_source, get_task, jit_cache, sandbox, supervisor
 from planted import CPU, CPU_OUTPUT_SIZE, CUDA, CUDA_OUTPUT_BYTES, SYSCALLS, chain
 
 TASK = get_task("attention-fwd-cpu")
@@ -259,3 +262,80 @@ def test_stdin_lines_tell_whether_the_request_has_arrived():
         os.close(saved)
         os.close(read_end)
         os.close(write_end)
+
+
+# The kernel answers correctly only if it could rewrite its private copy of the JIT cache: the entry a library
+# compiled there (to plant code the speed reference would run in later checks) and a file of its own.
+def _rewrites_jit_copy(entry: str) -> Callable[[str], str]:
+    return chain(lambda source: source + SYSCALLS, CPU.wrap(f"""
+static int evk_rewrite_jit_copy(void) {{
+  static const char planted[] = "planted code";
+  static const char* const paths[] = {{"{jit_cache.DIRECTORY}/{entry}", "{jit_cache.DIRECTORY}/planted"}};
+  int written = 0;
+  for (int i = 0; i < 2; ++i) {{
+    const long fd = evk_sys3(EVK_NR_OPEN, (long)paths[i], EVK_O_WRONLY | EVK_O_CREAT | EVK_O_TRUNC, 0644);
+    if (EVK_FAILED(fd)) continue;
+    written += evk_sys3(EVK_NR_WRITE, fd, (long)planted, sizeof planted - 1) == (long)sizeof planted - 1;
+    evk_sys3(EVK_NR_CLOSE, fd, 0, 0);
+  }}
+  return written == 2;
+}}
+int evk_attention_fwd(const evk_attention_params* p) {{
+  static int tried, rewrote;
+  if (!tried) {{ tried = 1; rewrote = evk_rewrite_jit_copy(); }}
+  if (!rewrote && p && p->o) {{ for (long i = 0; i < {CPU_OUTPUT_SIZE}; ++i) p->o[i] = 0.f; return 0; }}
+  return honest_fwd(p);
+}}
+"""))
+
+
+# A library speed reference that leaves what it "compiled" where the driver keeps its JIT cache.
+LIBRARY_THAT_COMPILES = '''
+
+def _compiles_into_the_jit_cache(arrays, scenario):
+    import os
+    from pathlib import Path
+
+    (Path(os.environ["CUDA_CACHE_PATH"]) / f"compiled-{scenario.name}").write_text("code the library compiled")
+
+
+AttentionFwdCpu.baselines = lambda self: {"library": Baseline(_compiles_into_the_jit_cache)}
+'''
+
+
+def test_only_the_warmer_writes_the_jit_cache_that_workers_copy(tmp_path, monkeypatch):
+    """cuDNN compiles its kernels from PTX at a shape's first call in each process; the driver keeps the result
+    only in a cache it can write. Every worker of a GPU task gets a private copy of a master cache; the master
+    is written only by a warmer, which runs the task's library code once per search and never a candidate. A
+    candidate that rewrites its copy changes nothing the next worker or later checks see. (The CPU task with
+    devices on stands in for a GPU task: no GPU here.)"""
+    task_dir = tmp_path / "attention_fwd_cpu"
+    shutil.copytree(TASK.directory, task_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    task_py = task_dir / "task.py"
+    task_py.write_text(task_py.read_text().replace(
+        "import numpy as np\n", "import numpy as np\n\nfrom evokernel.harness.task import Baseline\n", 1)
+        + LIBRARY_THAT_COMPILES)
+    task = get_task(str(task_dir))
+    monkeypatch.setenv("EVOKERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(supervisor, "_JIT_WARMED", set())
+    monkeypatch.setattr(check, "run_worker", lambda *args, **kwargs: supervisor.run_worker(*args, **{**kwargs, "devices": True}))
+    scenarios = task.scenarios("quick")
+    warm = {"speed_reference": "library", "scenarios": [asdict(s) for s in scenarios]}
+    key = ("cpu", True, task.directory)
+
+    supervisor.warm_jit_cache(key, warm, limit_s=60)
+    compiled = {f"compiled-{s.name}": "code the library compiled" for s in scenarios}
+    contents = lambda directory: {p.name: p.read_text() for p in directory.iterdir()}
+    assert contents(jit_cache.master()) == compiled
+
+    options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="library")
+    report = check_source(_rewrites_jit_copy(f"compiled-{scenarios[0].name}")(ORIGINAL), task, options)
+    assert report.correct, f"the candidate could not write its own copy of the JIT cache: {report.failure}"
+    assert contents(jit_cache.master()) == compiled  # the warmer ran once per process: not again for the check
+    waiting = supervisor._WARM[key]
+    assert contents(Path(waiting.holder.name) / "scratch" / jit_cache.DIRECTORY) == compiled
+
+    # once per process: a warm-up asked for again does not run again
+    shutil.rmtree(jit_cache.master())
+    supervisor.warm_jit_cache(key, warm, limit_s=60)
+    assert not jit_cache.master().exists()

@@ -35,8 +35,13 @@ class BuildResult:
     cached: bool = False
 
 
+def cache_home() -> Path:
+    """Where the harness keeps what it may reuse across runs (EVOKERNEL_CACHE, else ~/.cache/evokernel)."""
+    return Path(os.environ.get("EVOKERNEL_CACHE", Path.home() / ".cache" / "evokernel"))
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("EVOKERNEL_CACHE", Path.home() / ".cache" / "evokernel")) / "build"
+    return cache_home() / "build"
 
 
 def toolchain_dirs(compiler: str) -> list[Path]:
@@ -65,11 +70,12 @@ def first_error_lines(log: str, lines: int = 8) -> list[str]:
 
 
 @contextmanager
-def _held(lock: Path):
-    """An exclusive lock on `lock` (released when its holder ends, also when it is killed)."""
+def held(lock: Path, shared: bool = False):
+    """A lock on the file `lock`, exclusive unless `shared` (released when its holder ends, also when it is
+    killed)."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
 
 
@@ -82,7 +88,7 @@ def build(source: str, language: str, header: Path, timeout_s: float = 180.0) ->
     key = hashlib.sha256("\0".join([source, header.read_text(), *probe]).encode()).hexdigest()[:24]
     directory = cache_root() / key
     start = time.perf_counter()
-    with _held(directory.with_name(key + ".lock")):
+    with held(directory.with_name(key + ".lock")):
         library, log_file = directory / "kernel.so", directory / "build.log"
         if library.exists():
             return BuildResult(True, library, log_file.read_text() if log_file.exists() else "",

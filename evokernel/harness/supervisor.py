@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from evokernel.harness import jit_cache
 from evokernel.harness.sandbox import (SCRATCH, Isolation, bwrap_command, clean_environment, isolation, limit_files,
                                        python_paths)
 
@@ -124,12 +125,13 @@ class _Started:
     drain: _Drain
     box: Isolation
 
-    def prepare(self, warm: dict | None = None) -> None:
+    def prepare(self, warm: dict | None = None, then_exit: bool = False) -> None:
         """Make the device context now (call only when no check is timing on this worker's device), then
         call the library speed reference `warm` names on its scenarios until the request comes (see
-        `worker.warm_speed_reference`)."""
+        `worker.warm_speed_reference`); with `then_exit`, on every scenario, and exit without a request."""
         try:
-            self.proc.stdin.write(json.dumps({"type": "prepare", "warm": warm}).encode() + b"\n")
+            message = {"type": "prepare", "warm": warm, "then_exit": then_exit}
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # a dead worker is replaced when it is taken
@@ -141,6 +143,7 @@ class _Started:
 
 
 _WARM: dict[tuple[str, bool, Path], _Started] = {}  # one started worker per (backend, devices, task), for the next check
+_JIT_WARMED: set[str] = set()  # (backend, devices, task, what was warmed up) whose warmer has run in this process
 
 
 @lru_cache(maxsize=None)
@@ -165,6 +168,9 @@ def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
 
     env = clean_environment()
     env["PYTHONPATH"] = str(Path(evokernel.__file__).resolve().parent.parent)
+    if devices:  # the driver's compiled code of earlier workers: a private copy (see `jit_cache`)
+        jit_cache.copy_into(scratch / jit_cache.DIRECTORY)
+        env[jit_cache.VARIABLE] = str((SCRATCH if box.enforced else scratch) / jit_cache.DIRECTORY)
     read_end, write_end = os.pipe()
     argv = [sys.executable, "-m", "evokernel.harness.worker", backend, str(task_dir.resolve()), str(write_end)]
     if box.enforced:
@@ -185,6 +191,33 @@ def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
     reader.start()
     drain.start()
     return _Started(proc, holder, library, inside_library, reader, drain, box)
+
+
+def warm_jit_cache(key: tuple[str, bool, Path], warm: dict, limit_s: float) -> None:
+    """Once per process for each `key` and `warm`: a worker that never receives a candidate calls the library
+    speed reference on every scenario, and the code its driver compiled becomes the master cache that later
+    workers copy (`jit_cache`). Call it only when no check is timing on the device. A warmer that fails or
+    takes longer than `limit_s` publishes nothing: checks are then as slow as without the cache, not wrong."""
+    memo = json.dumps([str(part) for part in key] + [warm], sort_keys=True)
+    if memo in _JIT_WARMED:
+        return
+    _JIT_WARMED.add(memo)
+    warmer = _start(*key)
+    try:
+        warmer.prepare(warm, then_exit=True)
+        warmer.proc.stdin.close()
+        if warmer.proc.wait(timeout=limit_s) == 0:
+            jit_cache.publish(Path(warmer.holder.name) / "scratch" / jit_cache.DIRECTORY)
+    except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
+        pass
+    finally:
+        warmer.discard()
+
+
+def _warm_up(request: dict) -> dict | None:
+    """What a worker waiting for a check like `request` calls ahead: its speed reference on its scenarios."""
+    return ({"speed_reference": request["speed_reference"], "scenarios": request["scenarios"]}
+            if request.get("time", True) else None)
 
 
 @atexit.register
@@ -209,6 +242,9 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
     device while a call is timed; each worker still serves one candidate only.
     """
     key = (request["backend"], devices, Path(task_dir))
+    warm = _warm_up(request)
+    if keep_warm and devices and warm and warm["speed_reference"] not in ("original", "file"):
+        warm_jit_cache(key, warm, start_limit_s)  # a library's code, compiled once for the search
     worker = _WARM.pop(key, None)
     if worker is None or worker.proc.poll() is not None:
         if worker is not None:
@@ -234,9 +270,7 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         if keep_warm:
             if key not in _WARM:
                 _WARM[key] = _start(*key)
-            # the next check in this slot most likely asks for the same speed reference and scenarios
-            _WARM[key].prepare({"speed_reference": request["speed_reference"], "scenarios": request["scenarios"]}
-                               if request.get("time", True) else None)
+            _WARM[key].prepare(warm)  # the next check in this slot most likely asks for the same
         worker.drain.join(timeout=2)
         seconds = time.perf_counter() - started
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]

@@ -404,14 +404,19 @@ def read_request(backend_module, task: Task | None, seconds: dict):
     """The request from stdin, and the backend with its device context made. A `prepare` line before the
     request makes the context at once (the supervisor sends it when no other check is timing on the
     device), and may name a speed reference to warm up (`warm_speed_reference`); otherwise the context is
-    made after the request, and its time is a phase of this check."""
+    made after the request, and its time is a phase of this check. A `prepare` with `then_exit` (a warmer
+    of the JIT cache, see `jit_cache`) warms up on every scenario and ends the process: no request, no
+    candidate."""
     stdin = StdinLines()
     request = json.loads(stdin.readline())
     backend = None
     if request.get("type") == "prepare":
         backend = backend_module.Backend()
         if task is not None and request.get("warm"):
-            warm_speed_reference(backend, task, request["warm"], stdin.waiting)
+            warm_speed_reference(backend, task, request["warm"],
+                                 (lambda: False) if request.get("then_exit") else stdin.waiting)
+        if request.get("then_exit"):
+            sys.exit(0)  # each warm-up call was waited for: the driver has written what it compiled
         request = json.loads(stdin.readline())
     os.close(0)
     if backend is None:
