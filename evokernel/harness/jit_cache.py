@@ -1,6 +1,6 @@
 """The CUDA driver's cache of code it compiled from PTX, kept across workers for the library speed references.
 
-cuDNN compiles its attention kernels from PTX at a shape's first call in a process (0.4-1.4 s a shape on the
+cuDNN compiles its attention kernels from PTX at a shape's first call in a process (0.4-1.6 s a shape on the
 H200, 4-6 s for the six `fa3-2k` shapes). Every candidate runs in a new worker process, so without a cache
 each check that times against cuDNN paid that again inside its timing. The driver keeps such code in the
 directory `CUDA_CACHE_PATH` names, but only in one it can write: a read-only directory is not used at all.
