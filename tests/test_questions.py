@@ -36,12 +36,19 @@ def store(tmp_path):
         yield store
 
 
-_SERVICES: dict[int, dict] = {}
+_SERVICES: list[tuple[RunConfig, dict]] = []  # holds each config, so no later config can be mistaken for it
 
 
 def context(config: RunConfig, store: Store, trigger: str = "default", seed: int = 0) -> Context:
-    """A context sharing one set of services per config, as in a run (one LLM client, one cache)."""
-    services = _SERVICES.setdefault(id(config), build_services(config, store))
+    """A context sharing one set of services per config, as in a run (one LLM client, one cache).
+
+    Matched by identity, not by id(): a freed config's id is reused, and a later test would then talk to an
+    earlier test's stopped server.
+    """
+    services = next((held for known, held in _SERVICES if known is config), None)
+    if services is None:
+        services = build_services(config, store)
+        _SERVICES.append((config, services))
     return Context(rng=random.Random(seed), task_name=TASK.name, language=TASK.language, trigger=trigger,
                    store=store, services=services)
 
