@@ -77,7 +77,8 @@ def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | No
 
 
 def _resolve_speed_reference(task: Task, speed_reference: str) -> tuple[str, Path | None]:
-    """What the worker times speedups against: ("original" | a baseline name | "file", the built file)."""
+    """What the worker times speedups against: ("original" | a baseline name | "file", the built file);
+    "original" and "file" are `BUILT_SPEED_REFERENCES`."""
     if speed_reference == "original" or speed_reference in task.library_baselines:
         return speed_reference, None
     path = Path(speed_reference)

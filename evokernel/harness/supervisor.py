@@ -25,6 +25,7 @@ from pathlib import Path
 from evokernel.harness import jit_cache
 from evokernel.harness.sandbox import (SCRATCH, Isolation, bwrap_command, clean_environment, isolation, limit_files,
                                        python_paths)
+from evokernel.harness.task import BUILT_SPEED_REFERENCES
 
 MEMORY_POLL_S = 0.05
 
@@ -243,7 +244,7 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
     """
     key = (request["backend"], devices, Path(task_dir))
     warm = _warm_up(request)
-    if keep_warm and devices and warm and warm["speed_reference"] not in ("original", "file"):
+    if keep_warm and devices and warm and warm["speed_reference"] not in BUILT_SPEED_REFERENCES:
         warm_jit_cache(key, warm, start_limit_s)  # a library's code, compiled once for the search
     worker = _WARM.pop(key, None)
     if worker is None or worker.proc.poll() is not None:

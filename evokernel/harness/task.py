@@ -26,6 +26,8 @@ import numpy as np
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SCALAR_TYPES = ("int", "int64", "float", "double")
 SAMPLED_ELEMENTS = 16  # elements per output that `Task.sample` picks by default
+# Speed references that are kernels the harness built (and may write outputs); any other is a library baseline.
+BUILT_SPEED_REFERENCES = ("original", "file")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import numpy as np
 
 from evokernel.harness import values
 from evokernel.harness.languages import LANGUAGES
-from evokernel.harness.task import Task, sampled_elements
+from evokernel.harness.task import BUILT_SPEED_REFERENCES, Task, sampled_elements
 from evokernel.harness.tasks import load_task_dir
 
 FULL_CHECKS_PER_SCENARIO = 2  # timed calls verified in full, chosen at random
@@ -235,7 +235,7 @@ class Worker:
         kernels = {"candidate": self.candidate} if phase == "screening" else \
             {"candidate": self.candidate, "reference": self.speed_reference, **self.baselines}
         names = [name for name, fn in kernels.items() if getattr(fn, "supports", lambda s: True)(scenario)]
-        writes_output = {"candidate"} | ({"reference"} if req["speed_reference"] in ("original", "file") else set())
+        writes_output = {"candidate"} | ({"reference"} if req["speed_reference"] in BUILT_SPEED_REFERENCES else set())
         candidate_ms = []
         for _ in range(req["warmup"]):
             for name in names:
