@@ -303,39 +303,65 @@ AttentionFwdCpu.baselines = lambda self: {"library": Baseline(_compiles_into_the
 '''
 
 
-def test_only_the_warmer_writes_the_jit_cache_that_workers_copy(tmp_path, monkeypatch):
-    """cuDNN compiles its kernels from PTX at a shape's first call in each process; the driver keeps the result
-    only in a cache it can write. Every worker of a GPU task gets a private copy of a master cache; the master
-    is written only by a warmer, which runs the task's library code once per search and never a candidate. A
-    candidate that rewrites its copy changes nothing the next worker or later checks see. (The CPU task with
-    devices on stands in for a GPU task: no GPU here.)"""
+@pytest.fixture
+def compiling_library(tmp_path, monkeypatch):
+    """The CPU task with a library speed reference that "compiles" into the JIT cache, its checks run with
+    devices on (standing in for a GPU task: no GPU here), an empty harness cache and no warmer run yet."""
     task_dir = tmp_path / "attention_fwd_cpu"
     shutil.copytree(TASK.directory, task_dir, ignore=shutil.ignore_patterns("__pycache__"))
     task_py = task_dir / "task.py"
     task_py.write_text(task_py.read_text().replace(
         "import numpy as np\n", "import numpy as np\n\nfrom evokernel.harness.task import Baseline\n", 1)
         + LIBRARY_THAT_COMPILES)
-    task = get_task(str(task_dir))
     monkeypatch.setenv("EVOKERNEL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(supervisor, "_JIT_WARMED", set())
     monkeypatch.setattr(check, "run_worker", lambda *args, **kwargs: supervisor.run_worker(*args, **{**kwargs, "devices": True}))
+    return get_task(str(task_dir))
+
+
+def _contents(directory: Path) -> dict[str, str]:
+    return {path.name: path.read_text() for path in directory.iterdir()}
+
+
+def test_only_the_warmer_writes_the_jit_cache_that_workers_copy(compiling_library):
+    """cuDNN compiles its kernels from PTX at a shape's first call in each process; the driver keeps the result
+    only in a cache it can write. Every worker of a GPU task gets a private copy of a master cache; the master
+    is written only by a warmer, which runs the task's library code once per search and never a candidate. A
+    candidate that rewrites its copy changes nothing the next worker or later checks see. (The CPU task with
+    devices on stands in for a GPU task: no GPU here.)"""
+    task = compiling_library
     scenarios = task.scenarios("quick")
     warm = {"speed_reference": "library", "scenarios": [asdict(s) for s in scenarios]}
     key = ("cpu", True, task.directory)
 
     supervisor.warm_jit_cache(key, warm, limit_s=60)
     compiled = {f"compiled-{s.name}": "code the library compiled" for s in scenarios}
-    contents = lambda directory: {p.name: p.read_text() for p in directory.iterdir()}
-    assert contents(jit_cache.master()) == compiled
+    assert _contents(jit_cache.master()) == compiled
 
     options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="library")
     report = check_source(_rewrites_jit_copy(f"compiled-{scenarios[0].name}")(ORIGINAL), task, options)
     assert report.correct, f"the candidate could not write its own copy of the JIT cache: {report.failure}"
-    assert contents(jit_cache.master()) == compiled  # the warmer ran once per process: not again for the check
+    assert _contents(jit_cache.master()) == compiled  # the warmer ran once per process: not again for the check
     waiting = supervisor._WARM[key]
-    assert contents(Path(waiting.holder.name) / "scratch" / jit_cache.DIRECTORY) == compiled
+    assert _contents(Path(waiting.holder.name) / "scratch" / jit_cache.DIRECTORY) == compiled
 
     # once per process: a warm-up asked for again does not run again
     shutil.rmtree(jit_cache.master())
     supervisor.warm_jit_cache(key, warm, limit_s=60)
     assert not jit_cache.master().exists()
+
+
+def test_a_check_against_a_library_warms_the_jit_cache_first_and_one_against_a_built_kernel_does_not(
+        compiling_library):
+    """The warmer is started by the checks themselves (a search calls nothing else): the first check in this
+    process against a library speed reference fills the master before its own worker starts. A built kernel
+    as the speed reference compiles nothing in a library, so no warmer runs for it."""
+    task = compiling_library
+    options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="original")
+    assert check_source(ORIGINAL, task, options).correct
+    assert not jit_cache.master().exists()
+
+    options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="library")
+    assert check_source(ORIGINAL, task, options).correct
+    assert _contents(jit_cache.master()) == {f"compiled-{s.name}": "code the library compiled"
+                                             for s in task.scenarios("quick")}
