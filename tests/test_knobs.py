@@ -21,7 +21,7 @@ int f(void) { return BLOCK * UNROLL + FIXED; }
 
 
 def context(seed: int = 0) -> Context:
-    return Context(rng=random.Random(seed), task_name="attention-fwd-cpu", language="c")
+    return Context(rng=random.Random(seed), task=get_task("attention-fwd-cpu"))
 
 
 def test_parse_knobs_reads_values_and_lines():
@@ -128,7 +128,7 @@ class KnownSources:
 
 
 def known_context(seed: int, sources: list[str]) -> Context:
-    return Context(rng=random.Random(seed), task_name="attention-fwd-cpu", language="c", store=KnownSources(sources))
+    return Context(rng=random.Random(seed), task=get_task("attention-fwd-cpu"), store=KnownSources(sources))
 
 
 def test_mutation_proposes_only_one_knob_changes_the_run_does_not_hold():

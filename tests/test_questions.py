@@ -49,7 +49,7 @@ def context(config: RunConfig, store: Store, trigger: str = "default", seed: int
     if services is None:
         services = build_services(config, store)
         _SERVICES.append((config, services))
-    return Context(rng=random.Random(seed), task_name=TASK.name, language=TASK.language, trigger=trigger,
+    return Context(rng=random.Random(seed), task=TASK, trigger=trigger,
                    store=store, services=services)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from evokernel.bank import Question
 from evokernel.bank.proposals import PROPOSAL_FORMAT
-from evokernel.harness import LANGUAGES, get_task
+from evokernel.harness import LANGUAGES, Task
 from evokernel.mutations import Parent
 
 PROMPT_VERSION = 1  # part of the replay key: raise it when a template below changes what is asked
@@ -73,41 +73,40 @@ def _answer_format(language: str, propose_question: bool) -> str:
     return text
 
 
-def _contract(task_name: str) -> str:
-    task = get_task(task_name)
+def _contract(task: Task) -> str:
     return f"## The contract (task {task.name}: {task.description})\n```c\n{task.header.read_text().rstrip()}\n```\n"
 
 
-def _frame(question: Question, trigger: str, body: str, task_name: str, language: str, propose: bool) -> str:
+def _frame(question: Question, trigger: str, body: str, task: Task, propose: bool) -> str:
     why = WHY_NOW.get(trigger, "")
     return (f"# Question\n{question.text}\n\n" + (f"{why}\n\n" if why else "")
             + "You are improving a kernel that a harness builds, verifies on every scenario against a reference, "
               "and times against the task's original kernel. Answer the question first; let the answer decide "
               "the change.\n\n"
-            + body + "\n" + _contract(task_name) + "\n"
-            + f"# The question again\n{question.text}\n\n" + _answer_format(language, propose))
+            + body + "\n" + _contract(task) + "\n"
+            + f"# The question again\n{question.text}\n\n" + _answer_format(task.language, propose))
 
 
-def mutation_prompt(parent: Parent, question: Question, trigger: str, task_name: str, language: str,
+def mutation_prompt(parent: Parent, question: Question, trigger: str, task: Task,
                     propose_question: bool = False) -> str:
     """One parent and a question about it."""
     lineage = f"## What was asked before on this line, and what came of it\n{parent.lineage.strip()}\n\n" \
         if parent.lineage.strip() else ""
-    body = _kernel_section(parent, language, "The kernel") + "\n" + lineage
-    return _frame(question, trigger, body, task_name, language, propose_question)
+    body = _kernel_section(parent, task.language, "The kernel") + "\n" + lineage
+    return _frame(question, trigger, body, task, propose_question)
 
 
-def crossover_prompt(first: Parent, second: Parent, question: Question, task_name: str, language: str,
+def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
                      propose_question: bool = False) -> str:
     """Two parents and a question about their difference; the answer is one child (edits apply to the first)."""
-    body = (_kernel_section(first, language, "Kernel A") + "\n" + _kernel_section(second, language, "Kernel B")
+    body = (_kernel_section(first, task.language, "Kernel A") + "\n" + _kernel_section(second, task.language, "Kernel B")
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
-    return _frame(question, "crossover", body, task_name, language, propose_question)
+    return _frame(question, "crossover", body, task, propose_question)
 
 
-def repair_prompt(failing: Parent, question: Question, task_name: str, language: str, error: str) -> str:
+def repair_prompt(failing: Parent, question: Question, task: Task, error: str) -> str:
     """A failing kernel, its compiler or verification error, and a question about the cause."""
-    body = (_kernel_section(failing, language, "The failing kernel")
+    body = (_kernel_section(failing, task.language, "The failing kernel")
             + f"\n### The error\n```\n{error.strip()[-4000:]}\n```\n"
             + "\nFix the cause of the error without giving up the kernel's design.\n")
-    return _frame(question, "repair", body, task_name, language, False)
+    return _frame(question, "repair", body, task, False)

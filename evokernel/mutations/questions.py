@@ -57,7 +57,7 @@ class _QuestionOperator:
         client, _ = self._services(context)
         answer = client.ask(prompt, context.rng, operator=self.name, question_id=question.id,
                             parent_ids=[p.id for p in parents], store=context.store,
-                            parent_hashes=[source_hash(p.source) for p in parents])
+                            parent_hashes=[source_hash(p.source) for p in parents], trigger=trigger)
         try:
             parsed = parse_answer(answer.text, parents[0].source)
         except ProposalFailed as exc:
@@ -80,7 +80,7 @@ class QuestionMutation(_QuestionOperator):
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         trigger = context.trigger or "default"
         question = self._question(trigger, context)
-        prompt = mutation_prompt(parents[0], question, trigger, context.task_name, context.language,
+        prompt = mutation_prompt(parents[0], question, trigger, context.task,
                                  self.config.triggers.propose_questions)
         return self._answer(prompt, question, trigger, parents[:1], context)
 
@@ -96,7 +96,7 @@ class QuestionCrossover(_QuestionOperator):
         if len(parents) < 2 or parents[0].source == parents[1].source:
             raise ProposalFailed("question-crossover needs two different parents")
         question = self._question("crossover", context)
-        prompt = crossover_prompt(parents[0], parents[1], question, context.task_name, context.language,
+        prompt = crossover_prompt(parents[0], parents[1], question, context.task,
                                   self.config.triggers.propose_questions)
         return self._answer(prompt, question, "crossover", parents[:2], context)
 
@@ -141,5 +141,5 @@ class Repair(_QuestionOperator):
             raise ProposalFailed(f"repair: {spent} repairs already spent on kernel #{failing.id}'s line "
                                  f"(triggers.max_repairs = {self.config.triggers.max_repairs})")
         question = self._question("repair", context)
-        prompt = repair_prompt(failing, question, context.task_name, context.language, error)
+        prompt = repair_prompt(failing, question, context.task, error)
         return self._answer(prompt, question, "repair", parents[:1], context)

@@ -90,5 +90,5 @@ class OperatorContexts:
             if not hasattr(self._local, "store"):
                 self._local.store = Store(self.store.run_dir)
             store = self._local.store
-        return Context(rng=random.Random(seed), task_name=self.task.name, language=self.task.language,
+        return Context(rng=random.Random(seed), task=self.task,
                        trigger=trigger, store=store, services=self.services, question=question)

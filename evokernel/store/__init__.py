@@ -14,10 +14,11 @@ driver's lock), `inbox` (the queue of questions people ask a run). Their public 
 """
 
 from evokernel.store.database import Store
-from evokernel.store.records import STATUSES, HumanQuestion, Individual, LLMCall, Outcome, normalized_hash, source_hash
+from evokernel.store.records import (PROMPT_STATUSES, STATUSES, HumanQuestion, Individual, LLMCall, OpenPrompt, Outcome,
+                                     ProposalFailure, normalized_hash, source_hash)
 from evokernel.store.runs import DEFAULT_RUNS, RunLock, iter_runs, open_readonly, resolve_run
 from evokernel.store.schema import DB_NAME, SCHEMA_VERSION, DamagedDatabase
 
-__all__ = ["DB_NAME", "DEFAULT_RUNS", "SCHEMA_VERSION", "STATUSES", "DamagedDatabase", "HumanQuestion", "Individual", "LLMCall",
-           "Outcome", "RunLock", "Store", "iter_runs", "normalized_hash", "open_readonly", "resolve_run",
+__all__ = ["DB_NAME", "DEFAULT_RUNS", "PROMPT_STATUSES", "SCHEMA_VERSION", "STATUSES", "DamagedDatabase", "HumanQuestion",
+           "Individual", "LLMCall", "OpenPrompt", "Outcome", "ProposalFailure", "RunLock", "Store", "iter_runs", "normalized_hash", "open_readonly", "resolve_run",
            "source_hash"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.errors import BadInput
-from evokernel.store.records import STATUSES, HumanQuestion, Individual, LLMCall, Outcome
+from evokernel.store.records import STATUSES, HumanQuestion, Individual, LLMCall, OpenPrompt, Outcome, ProposalFailure
 from evokernel.store.schema import DB_NAME, check_contents, check_file, create_database, make_tables, migrate
 
 
@@ -246,6 +246,51 @@ class Store:
         """What one asking of a human question produced (appended to its outcomes, in one statement)."""
         self.db.execute("UPDATE human_questions SET outcomes = json_insert(outcomes, '$[#]', json(?)) WHERE id = ?",
                         (json.dumps(outcome), request_id))
+
+    # -- proposals that failed, prompts of the `files` model ----------------------------------------
+    def add_proposal_failure(self, failure: ProposalFailure) -> int:
+        cursor = self.db.execute(
+            "INSERT INTO proposal_failures (created_at, operator, kind, reason, parent_ids, llm_call_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)", (failure.created_at or time.time(), failure.operator, failure.kind,
+                                          failure.reason, json.dumps(failure.parent_ids), failure.llm_call_id))
+        failure.id = cursor.lastrowid
+        return failure.id
+
+    def proposal_failures(self) -> list[ProposalFailure]:
+        """Failed proposals, oldest first (none in a run recorded before schema version 3)."""
+        if "proposal_failures" not in self.tables():
+            return []
+        return [ProposalFailure.from_row(row) for row in self.db.execute("SELECT * FROM proposal_failures ORDER BY id")]
+
+    def add_prompt(self, prompt: OpenPrompt) -> None:
+        data = asdict(prompt)
+        data["parent_ids"] = json.dumps(data["parent_ids"])
+        self.db.execute(f"INSERT INTO prompts ({', '.join(data)}) VALUES ({', '.join('?' * len(data))})",
+                        list(data.values()))
+
+    def prompts(self, status: str | None = None) -> list[OpenPrompt]:
+        """Prompts of the `files` model, oldest first (none in a run recorded before schema version 3)."""
+        if "prompts" not in self.tables():
+            return []
+        query, args = "SELECT * FROM prompts", ()
+        if status:
+            query, args = query + " WHERE status = ?", (status,)
+        return [OpenPrompt.from_row(row) for row in self.db.execute(query + " ORDER BY created_at, id", args)]
+
+    def prompt(self, prompt_id: str) -> OpenPrompt | None:
+        if "prompts" not in self.tables():
+            return None
+        row = self.db.execute("SELECT * FROM prompts WHERE id = ?", (prompt_id,)).fetchone()
+        return OpenPrompt.from_row(row) if row else None
+
+    def close_prompt(self, prompt_id: str, status: str, answered_by: str | None = None, llm_call_id: int | None = None,
+                     child_id: int | None = None, reason: str | None = None) -> bool:
+        """Mark an open prompt answered or failed; False when it was not open (taken already)."""
+        cursor = self.db.execute(
+            "UPDATE prompts SET status = ?, answered_at = ?, answered_by = ?, llm_call_id = ?, child_id = ?, "
+            "reason = ? WHERE id = ? AND status = 'open'",
+            (status, time.time(), answered_by, llm_call_id, child_id, reason, prompt_id))
+        return cursor.rowcount == 1
 
     def tables(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -129,3 +129,52 @@ class HumanQuestion:
     def asked(self) -> int:
         """Times it was put to the model so far."""
         return len(self.outcomes)
+
+
+@dataclass
+class ProposalFailure:
+    """A proposal that produced no kernel: the operator, the reason in full and its kind (for counting)."""
+
+    operator: str
+    kind: str
+    reason: str
+    parent_ids: list[int] = field(default_factory=list)
+    llm_call_id: int | None = None
+    created_at: float = 0.0
+    id: int | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "ProposalFailure":
+        data = dict(row)
+        data["parent_ids"] = json.loads(data["parent_ids"])
+        return cls(**data)
+
+
+PROMPT_STATUSES = ("open", "answered", "failed")
+
+
+@dataclass
+class OpenPrompt:
+    """A prompt of the `files` model (RUN/prompts/ID.md): open until an answer (RUN/answers/ID.md) is taken;
+    then `answered` (with the child it made) or `failed` (with the reason)."""
+
+    id: str
+    operator: str
+    prompt: str
+    created_at: float
+    question_id: str | None = None
+    trigger: str | None = None
+    parent_ids: list[int] = field(default_factory=list)
+    question_key: str | None = None
+    status: str = "open"
+    answered_at: float | None = None
+    answered_by: str | None = None
+    llm_call_id: int | None = None
+    child_id: int | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> "OpenPrompt":
+        data = dict(row)
+        data["parent_ids"] = json.loads(data["parent_ids"])
+        return cls(**data)

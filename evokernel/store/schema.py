@@ -17,7 +17,7 @@ from pathlib import Path
 from evokernel.errors import BadInput
 
 DB_NAME = "lineage.db"
-SCHEMA_VERSION = 2  # PRAGMA user_version; runs written before it was set read 0 and migrate to 1
+SCHEMA_VERSION = 3  # PRAGMA user_version; runs written before it was set read 0 and migrate to 1
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 # Questions people put to a running search (`evokernel ask`), as the driver received them (version 2).
@@ -33,6 +33,39 @@ CREATE TABLE IF NOT EXISTS human_questions (
     asked_by TEXT,
     received_at REAL,
     outcomes TEXT NOT NULL DEFAULT '[]'
+);
+"""
+
+# Proposals that produced no kernel (version 3): which operator, why (in full, and its kind for counting).
+PROPOSAL_FAILURES_TABLE = """
+CREATE TABLE IF NOT EXISTS proposal_failures (
+    id INTEGER PRIMARY KEY,
+    created_at REAL NOT NULL,
+    operator TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    parent_ids TEXT NOT NULL DEFAULT '[]',
+    llm_call_id INTEGER
+);
+"""
+
+# Prompts of the `files` model waiting for, or given, an answer (version 3); the text is also RUN/prompts/ID.md.
+PROMPTS_TABLE = """
+CREATE TABLE IF NOT EXISTS prompts (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    operator TEXT NOT NULL,
+    question_id TEXT,
+    trigger TEXT,
+    parent_ids TEXT NOT NULL DEFAULT '[]',
+    question_key TEXT,
+    prompt TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'open',
+    answered_at REAL,
+    answered_by TEXT,
+    llm_call_id INTEGER,
+    child_id INTEGER,
+    reason TEXT
 );
 """
 
@@ -107,7 +140,7 @@ CREATE TABLE IF NOT EXISTS proposed_questions (
     from_individual INTEGER,
     created_at REAL NOT NULL
 );
-""" + HUMAN_QUESTIONS_TABLE
+""" + HUMAN_QUESTIONS_TABLE + PROPOSAL_FAILURES_TABLE + PROMPTS_TABLE
 
 # Tables every version has; later versions add more (a reader of an older run finds them missing).
 TABLES = ("meta", "individuals", "scenario_results", "llm_calls", "trigger_events", "proposed_questions")
@@ -126,9 +159,16 @@ def _add_human_questions(db: sqlite3.Connection) -> None:
     db.execute(HUMAN_QUESTIONS_TABLE)
 
 
+def _add_failures_and_prompts(db: sqlite3.Connection) -> None:
+    """Version 3: proposals that failed, and the prompts of the `files` model."""
+    db.execute(PROPOSAL_FAILURES_TABLE)
+    db.execute(PROMPTS_TABLE)
+
+
 # version -> the step that brings a database of the version before it there. A schema change adds the
 # next step here, raises SCHEMA_VERSION and changes SCHEMA (which makes new databases at the new version).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_llm_call_reasons, 2: _add_human_questions}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_llm_call_reasons, 2: _add_human_questions,
+                                                                3: _add_failures_and_prompts}
 
 
 def migrate(db: sqlite3.Connection) -> None:
