@@ -55,7 +55,8 @@ class OperatorWeights(RootModel[dict[str, Annotated[float, Field(ge=0)]]]):
 
 
 class ModelConfig(Strict):
-    model: str = Field(description="any litellm model string, e.g. openai/gpt-4o or anthropic/claude-...")
+    model: str = Field(description="any litellm model string (e.g. openai/gpt-4o, anthropic/claude-...); "
+                       "'cmd:COMMAND LINE' for a command that answers on stdout; 'files' for answers given as files")
     weight: float = Field(1.0, gt=0)
     api_base: str | None = None
     api_key_env: str | None = Field(None, description="environment variable holding the API key (default: litellm's)")
@@ -66,6 +67,13 @@ class ModelConfig(Strict):
     def _both_prices(self) -> "ModelConfig":
         if (self.usd_per_mtok_in is None) != (self.usd_per_mtok_out is None):
             raise ValueError("give both usd_per_mtok_in and usd_per_mtok_out, or neither")
+        if self.model.startswith("cmd:"):
+            from evokernel.mutations.command_model import command_line
+
+            try:
+                command_line(self.model)
+            except BadInput as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     @property
@@ -92,6 +100,11 @@ class LLMConfig(Strict):
                                           "question operators for the rest of the session (knob operators go on)")
     replay_from: Path | None = Field(None, description="a run directory whose recorded answers answer this run's "
                                      "questions, without any network (`evokernel run --replay RUN_DIR`)")
+    max_open_prompts: int = Field(4, ge=1, le=1000, description="model 'files': prompts waiting for an answer at "
+                                  "once; at the cap no more are written (the other operators go on)")
+    answer_wait_s: float = Field(0, ge=0, le=MAX_EVALUATION_TIMEOUT_S, description="model 'files': seconds a run "
+                                 "with nothing left to do but open prompts waits for their answers before it stops "
+                                 "(0: it stops at once; --resume takes the answers given meanwhile)")
 
 
 class BankConfig(Strict):
@@ -172,13 +185,23 @@ def _field_path(location: tuple) -> str:
     return ".".join(str(part) for part in location) or "(top level)"
 
 
+def _is_task_dir_spelling(task: str, base_dir: Path) -> bool:
+    """Whether a config's `task` names a directory (relative to the config) rather than a built-in task: a path
+    spelling (`./t`, `a/b`), or a bare name that is a task directory beside the config (`mytask`)."""
+    if "/" in task or task.startswith((".", "~")):
+        return True
+    from evokernel.harness import task_names
+
+    return task not in task_names() and (base_dir / task / "task.py").is_file()
+
+
 def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunConfig:
     """Validate a config mapping; relative paths are taken from `base_dir`."""
     if not isinstance(data, dict):
         raise BadInput(f"{source}: expected a mapping of settings at the top level")
     task = data.get("task")
-    if base_dir is not None and isinstance(task, str) and ("/" in task or task.startswith(".")):
-        data = {**data, "task": str((base_dir / task).resolve())}  # a task directory, beside the config
+    if base_dir is not None and isinstance(task, str) and _is_task_dir_spelling(task, base_dir):
+        data = {**data, "task": str((base_dir / task).expanduser().resolve())}  # a task directory, beside the config
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:

@@ -5,7 +5,7 @@ An operator is one module of this package holding a class decorated with `regist
 accepts the weight of any registered name) and the search (which builds a DEAP toolbox from the
 operators whose weight is positive, those that use an LLM only when a model is configured) need.
 Knob operators need no LLM; question operators ask a question from the bank through an LLM.
-Interface: `Parent`, `Proposal`, `ProposalFailed`, `Context`, `Operator`, `Registration`, `register`,
+Interface: `Parent`, `Proposal`, `ProposalFailed`, `AnswerPending`, `Context`, `Operator`, `Registration`, `register`,
 `operators`, `llm_operator_names`.
 """
 
@@ -53,17 +53,29 @@ class ProposalFailed(Exception):
         self.llm_call_id = llm_call_id
 
 
+class AnswerPending(Exception):
+    """The question was posted for an answer that arrives later (the `files` model): no child yet, and no
+    failure; the search takes the answer when it is given (`evokernel.search.answers`)."""
+
+    def __init__(self, prompt_id: str) -> None:
+        super().__init__(f"prompt {prompt_id} waits for an answer")
+        self.prompt_id = prompt_id
+
+
 @dataclass
 class Context:
     """What the search hands an operator besides the parents."""
 
     rng: random.Random
-    task_name: str
-    language: str
+    task: Any  # evokernel.harness.Task: the loaded task (a built-in or a directory), never looked up again by name
     trigger: str = "default"  # the active question trigger
     store: Any = None  # evokernel.store.Store, for recording LLM calls
     services: dict[str, Any] = field(default_factory=dict)  # shared clients (LLM, bank policy)
     question: Any = None  # a bank Question to ask instead of one the policy chooses (a person's, `evokernel ask`)
+
+    @property
+    def language(self) -> str:
+        return self.task.language
 
 
 class Operator(Protocol):

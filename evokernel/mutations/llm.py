@@ -10,6 +10,10 @@ run's recorded calls only (a miss is a failed call, never a network request).
 
 litellm is imported on the first real call only (it takes seconds to import), with its cost map kept
 local (LITELLM_LOCAL_MODEL_COST_MAP=True unless the user set it): no network at import, no warnings.
+
+Two models are not litellm's: `cmd:COMMAND` runs a command on the prompt (`command_model`), and `files`
+writes the prompt as a file and raises AnswerPending; the search takes the answer when a person or an agent
+gives it (`record_answer` then records the call, its latency being the time the answer took).
 """
 
 from __future__ import annotations
@@ -26,13 +30,25 @@ from pathlib import Path
 
 from evokernel.config import LLMConfig, ModelConfig, RunConfig
 from evokernel.errors import BadInput
-from evokernel.mutations import ProposalFailed
+from evokernel.mutations import AnswerPending, ProposalFailed
+from evokernel.mutations.command_model import CommandFailed, check_command, is_command, run_command
 from evokernel.mutations.prompts import PROMPT_VERSION
-from evokernel.store import LLMCall, Store
+from evokernel.store import LLMCall, OpenPrompt, Store
+from evokernel.store import prompt_box
 
 PLACEHOLDER_KEY = "no-key"  # sent to a local --api-base when the environment holds no key: such servers need none
 NOT_REPLAYED = "not in the replayed run"
 CHECK_PROMPT = "Reply with the word OK."
+FILES_MODEL = "files"
+CHARS_PER_TOKEN = 4  # a command's or a person's answer has no token count: sizes are estimated from characters
+
+
+def is_files(model: str) -> bool:
+    return model == FILES_MODEL
+
+
+def estimated_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
 
 
 class BudgetExhausted(ProposalFailed):
@@ -85,6 +101,8 @@ def _chain(exc: BaseException):
 
 def failure_reason(exc: BaseException) -> str:
     """Why a call failed, in a few words, from litellm's exception classes (and the cause they wrap)."""
+    if isinstance(exc, CommandFailed):
+        return exc.reason
     import litellm
     import openai
 
@@ -134,8 +152,9 @@ def replay_answers(run_dir: Path) -> dict[str, list[dict]]:
 
 
 def model_price_known(model: ModelConfig) -> bool:
-    """Whether a call's cost can be computed: prices in the config, or litellm's (local) cost map."""
-    if model.priced:
+    """Whether a call's cost can be computed: prices in the config, or litellm's (local) cost map (a command or
+    the files model costs its declared price, or nothing)."""
+    if model.priced or is_command(model.model) or is_files(model.model):
         return True
     try:
         _litellm().cost_per_token(model=model.model, prompt_tokens=1, completion_tokens=1)
@@ -265,6 +284,8 @@ class LLMClient:
     def _cost(self, model: ModelConfig, prompt_tokens: int, completion_tokens: int) -> float:
         if model.priced:
             return (model.usd_per_mtok_in * prompt_tokens + model.usd_per_mtok_out * completion_tokens) / 1e6
+        if is_command(model.model) or is_files(model.model):
+            return 0.0
         try:
             return float(sum(_litellm().cost_per_token(model=model.model, prompt_tokens=prompt_tokens,
                                                        completion_tokens=completion_tokens)))
@@ -311,6 +332,11 @@ class LLMClient:
     def check(self) -> None:
         """One cheap call per model: a wrong model name, key or endpoint becomes a one-line BadInput."""
         for model in all_models(self.config):
+            if is_command(model.model):
+                check_command(model.model)
+                continue
+            if is_files(model.model):
+                continue
             try:
                 self._complete(model, CHECK_PROMPT, max_tokens=5, retries=False)
             except Exception as exc:
@@ -328,13 +354,56 @@ class LLMClient:
                                f"({_one_line(str(exc))}){hint}; fix --model, the key or --api-base, "
                                "or skip this check with --no-llm-check") from None
 
+    # -- the files model ------------------------------------------------------------------------
+    def prompt_room(self, asking: int = 0, store=None) -> bool:
+        """Whether another question may be asked now, with `asking` questions already being asked: False only
+        when every model is `files` and the open prompts would reach `llm.max_open_prompts` (another model
+        takes the question otherwise)."""
+        if not all(is_files(m.model) for m in all_models(self.config)):
+            return True
+        store = store if store is not None else self.store
+        return len(store.prompts("open")) + asking < self.config.max_open_prompts
+
+    def _post(self, prompt: str, key: str, trigger: str | None, meta: dict, store) -> AnswerPending:
+        """Write the prompt for a person or an agent to answer (RUN/prompts/ID.md and the prompts table)."""
+        now = time.time()
+        row = OpenPrompt(id=prompt_box.new_prompt_id(now), operator=meta["operator"] or "-", prompt=prompt,
+                         created_at=now, question_id=meta["question_id"], trigger=trigger,
+                         parent_ids=meta["parent_ids"], question_key=key)
+        store.add_prompt(row)
+        prompt_box.write_prompt(store.run_dir, row)
+        return AnswerPending(row.id)
+
+    def record_answer(self, prompt: OpenPrompt, text: str, answered_by: str | None, store) -> int:
+        """Record a files-model answer as the call it answers: latency = the time the answer took."""
+        model = next((m for m in all_models(self.config) if is_files(m.model)), ModelConfig(model=FILES_MODEL))
+        prompt_tokens, completion_tokens = estimated_tokens(prompt.prompt), estimated_tokens(text)
+        return self._record(LLMCall(
+            model=FILES_MODEL + (f" ({answered_by})" if answered_by else ""), prompt=prompt.prompt, response=text,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            latency_s=time.time() - prompt.created_at, cost_usd=self._cost(model, prompt_tokens, completion_tokens),
+            question_key=prompt.question_key, operator=prompt.operator, question_id=prompt.question_id,
+            parent_ids=prompt.parent_ids), store)
+
     # -- asking ---------------------------------------------------------------------------------
+    def _call(self, model: ModelConfig, prompt: str) -> tuple[str, int, int]:
+        """A model's answer and its prompt and completion tokens (estimated for a command)."""
+        if is_command(model.model):
+            text = run_command(model.model, prompt, self.config.timeout_s).text
+            return text, estimated_tokens(prompt), estimated_tokens(text)
+        response = self._complete(model, prompt)
+        usage = getattr(response, "usage", None)
+        return (response.choices[0].message.content or "", getattr(usage, "prompt_tokens", None) or 0,
+                getattr(usage, "completion_tokens", None) or 0)
+
     def ask(self, prompt: str, rng: random.Random, operator: str | None = None, question_id: str | None = None,
-            parent_ids: list[int] | None = None, store=None, parent_hashes: list[str] | None = None) -> Answer:
+            parent_ids: list[int] | None = None, store=None, parent_hashes: list[str] | None = None,
+            trigger: str | None = None) -> Answer:
         """The answer to the question: from the cache (or the replayed run) if recorded there, else from a model.
 
         Raises BudgetExhausted when the budget is spent, ProposalFailed when every model failed, when the
-        client has given up after too many failures in a row, or when a replayed run has no answer.
+        client has given up after too many failures in a row, or when a replayed run has no answer, and
+        AnswerPending when the question went to the files model (its answer comes later).
         """
         store = store if store is not None else self.store
         meta = {"operator": operator, "question_id": question_id, "parent_ids": list(parent_ids or [])}
@@ -361,9 +430,14 @@ class LLMClient:
         last_error, last_id = "no model tried", None
         for model in order:
             key = keys[model.model]
+            if is_files(model.model):
+                if len(store.prompts("open")) < self.config.max_open_prompts:
+                    raise self._post(prompt, key, trigger, meta, store)
+                last_error = f"files: {self.config.max_open_prompts} prompts already wait for answers"
+                continue
             started = time.monotonic()
             try:
-                response = self._complete(model, prompt)
+                text, prompt_tokens, completion_tokens = self._call(model, prompt)
             except Exception as exc:  # any provider error is recorded; litellm already retried the transient ones
                 reason = failure_reason(exc)
                 error = f"{type(exc).__name__}: {str(exc)[:500]}"
@@ -373,10 +447,6 @@ class LLMClient:
                                        store)
                 self._outcome(model.model, reason)
                 continue
-            text = response.choices[0].message.content or ""
-            usage = getattr(response, "usage", None)
-            prompt_tokens = getattr(usage, "prompt_tokens", None) or 0
-            completion_tokens = getattr(usage, "completion_tokens", None) or 0
             call_id = self._record(LLMCall(
                 model=model.model, prompt=prompt, response=text, prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens, latency_s=time.monotonic() - started,

@@ -46,6 +46,22 @@ class RunLock:
 
 
 
+def driver_running(run_dir: Path) -> bool:
+    """Whether a driver holds the run's lock now (a killed driver's run reads 'running' in its meta, but holds
+    no lock). Tested with a shared lock taken and dropped at once."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def iter_runs(root: Path) -> Iterator[Path]:
     """Run directories under `root` (those holding a lineage database), newest first."""
     if (root / DB_NAME).exists():

@@ -1,0 +1,101 @@
+"""`evokernel prompts` and `evokernel answer`: the prompts of the `files` model, and answering one.
+
+Neither opens the run's database for writing: `answer` checks the answer against the prompt (read-only)
+and puts the file in RUN/answers/ in one step; the run's driver takes it (a stopped run: at `--resume`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from evokernel.cli.common import console, json_flag, open_run
+from evokernel.errors import BadInput
+
+
+@click.command()
+@click.argument("run")
+@click.option("--all", "show_all", is_flag=True, help="Also the prompts already answered (or whose answer failed).")
+@json_flag
+def prompts(run: str, show_all: bool, as_json: bool) -> None:
+    """List RUN's prompts that wait for an answer (model `files`): answer one with `evokernel answer`, or by
+    writing RUN/answers/ID.md. RUN is a run directory, a run id under ./runs, or 'latest'."""
+    from evokernel.output import Column, print_json, print_table
+    from evokernel.store import prompt_box
+
+    with open_run(run) as lin:
+        rows = [p for p in lin.store.prompts() if show_all or p.status == "open"]
+        given = prompt_box.answer_files(lin.run_dir)
+        entries = [{**{k: v for k, v in asdict(p).items() if k != "prompt"},
+                    "status": "answer given, not yet taken" if p.status == "open" and p.id in given else p.status,
+                    "file": str(prompt_box.prompt_path(lin.run_dir, p.id))} for p in rows]
+        if as_json:
+            print_json(entries)
+            return
+        if not entries:
+            console.print(f"no {'' if show_all else 'open '}prompt in {lin.name}"
+                          + ("" if show_all else " (--all: also those answered)"), soft_wrap=True, highlight=False)
+            return
+        table = [[e["id"], e["status"], datetime.fromtimestamp(e["created_at"]).strftime("%Y-%m-%d %H:%M:%S"),
+                  e["operator"], e["question_id"] or "-", e["trigger"] or "-",
+                  ", ".join(f"#{p}" for p in e["parent_ids"]), e["answered_by"] or "-",
+                  f"#{e['child_id']}" if e["child_id"] else (e["reason"] or "-"), e["file"]] for e in entries]
+        print_table(console, [Column("id", no_wrap=True), "status", "written", "operator", "question", "trigger",
+                              "parents", "by", "child", "prompt file"], table, title=f"prompts of {lin.name}")
+
+
+@click.command()
+@click.argument("run")
+@click.argument("prompt_id")
+@click.argument("answer_file")
+@click.option("--by", "answered_by", help="Who answered (recorded with the answer).")
+def answer(run: str, prompt_id: str, answer_file: str, answered_by: str | None) -> None:
+    """Answer RUN's open prompt PROMPT_ID with ANSWER_FILE ('-': standard input): a full kernel in a fenced block,
+    or SEARCH/REPLACE edits of the prompt's kernel, as the prompt's answer format says."""
+    from evokernel.mutations import ProposalFailed
+    from evokernel.mutations.edits import parse_answer
+    from evokernel.store import driver_running, prompt_box
+
+    text = _read_answer(answer_file)
+    with open_run(run) as lin:
+        prompt = lin.store.prompt(prompt_id) if prompt_box.PROMPT_ID.match(prompt_id) else None
+        if prompt is None:
+            raise BadInput(f"{prompt_id} is not a prompt of run {lin.name} (its open prompts: evokernel prompts "
+                           f"{lin.run_dir})")
+        if prompt.status != "open":
+            raise BadInput(f"prompt {prompt_id} of run {lin.name} is {prompt.status} already")
+        if prompt_box.answer_path(lin.run_dir, prompt_id).exists():
+            raise BadInput(f"prompt {prompt_id} already has an answer ({prompt_box.answer_path(lin.run_dir, prompt_id)})")
+        parent = lin.store.individual(prompt.parent_ids[0])
+        try:
+            parse_answer(text, lin.store.source(parent))
+        except ProposalFailed as exc:
+            raise BadInput(f"{answer_file}: {exc} (an answer is a whole kernel in a fenced block, or SEARCH/REPLACE "
+                           "edits of the prompt's kernel)") from None
+        run_dir = lin.run_dir
+    try:
+        path = prompt_box.write_answer(run_dir, prompt_id, text, answered_by)
+    except OSError as exc:
+        raise BadInput(f"cannot write the answer in {run_dir / prompt_box.ANSWERS_DIR}: {exc.strerror or exc}") from None
+    when = ("the driver takes it within seconds" if driver_running(run_dir)
+            else f"the run is not running: it is taken at evokernel run --resume {run_dir}")
+    console.print(f"answer to {prompt_id} written to {path}; {when}", soft_wrap=True, highlight=False)
+
+
+def _read_answer(answer_file: str) -> str:
+    """The answer's text; BadInput when the file is missing, not UTF-8 or empty."""
+    try:
+        data = sys.stdin.buffer.read() if answer_file == "-" else Path(answer_file).read_bytes()
+    except OSError as exc:
+        raise BadInput(f"cannot read {answer_file}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{answer_file}: not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise BadInput(f"{answer_file}: the answer is empty")
+    return text
