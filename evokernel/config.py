@@ -224,9 +224,28 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunCo
     for index, seed in enumerate(config.seeds):
         if not seed.is_file():
             raise BadInput(f"{source}: field 'seeds.{index}': file not found: {seed}")
-    if Path(config.speed_reference).is_file():  # a kernel file; the harness builds it in every evaluation
-        read_text(Path(config.speed_reference), f"{source}: field 'speed_reference':")
+    config.speed_reference = _speed_reference(config, source, base_dir)
     return config
+
+
+def _speed_reference(config: RunConfig, source: str, base_dir: Path | None) -> str:
+    """'original', a library baseline of the task, or a kernel file (relative to the config's folder, as the
+    seeds; the harness builds it in every evaluation): BadInput naming the field otherwise, before a run starts."""
+    from evokernel.harness import get_task
+
+    reference = config.speed_reference
+    baselines = get_task(config.task).library_baselines
+    if reference == "original" or reference in baselines:
+        return reference
+    path = Path(reference).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    if not path.is_file():
+        known = ", ".join(["original", *baselines])
+        raise BadInput(f"{source}: field 'speed_reference': '{reference}' is neither a baseline of the task ({known}) "
+                       f"nor a kernel file (not found: {path})")
+    read_text(path, f"{source}: field 'speed_reference':")
+    return str(path.resolve())
 
 
 def load_config(path: Path) -> RunConfig:

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from evokernel.cli import main
 from evokernel.config import load_config, parse_config
+from evokernel.errors import BadInput
 from evokernel.defaults import default_config_path
 from test_lineage_fixture import make_run
 
@@ -116,3 +117,17 @@ def test_files_that_are_not_utf8_are_one_line_errors_naming_the_file(tmp_path):
         lines = [line for line in result.output.strip().splitlines() if not line.startswith("warning")]
         assert len(lines) == 1 and str(named) in lines[0] and "not UTF-8" in lines[0], (args, result.output)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_misspelt_speed_reference_is_one_line_naming_the_field(tmp_path):
+    (tmp_path / "config.yaml").write_text("task: attention-fwd\nscenarios: quick\nspeed_reference: cudnnn\n")
+    with pytest.raises(BadInput, match=r"config.yaml: field 'speed_reference': 'cudnnn' is neither a baseline of the "
+                                       r"task \(original, cudnn, flash\) nor a kernel file"):
+        load_config(tmp_path / "config.yaml")
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "ref.cu").write_text("// a reference kernel\n")
+    (tmp_path / "config.yaml").write_text("task: attention-fwd\nspeed_reference: kernels/ref.cu\n")
+    assert load_config(tmp_path / "config.yaml").speed_reference == str((kernels / "ref.cu").resolve())
+    (tmp_path / "config.yaml").write_text("task: attention-fwd\nspeed_reference: cudnn\n")
+    assert load_config(tmp_path / "config.yaml").speed_reference == "cudnn"
