@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One round of the question-driven search of the Hopper seed, on the GPU machine (device tool):
+# the first round starts the run (the seed is evaluated, prompts are written); each later round resumes the
+# run carried in experiments/attention_hopper/qruns/ (the answers given in between become children and are
+# evaluated; new prompts are written). What comes back under $OUT: the run directory as run.tar.gz, the
+# run's log, its lineage tree and open prompts.
+#   device run, carry [".carry", "experiments/attention_hopper/qruns"]:
+#   mkdir -p /tmp/site && tar xJf .carry/pydeps.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD;
+#   python3 -m pip install -q --no-deps --no-build-isolation -e . && bash experiments/attention_hopper/question_round.sh
+set -uo pipefail
+RUNS=experiments/attention_hopper/qruns
+mkdir -p "$RUNS" "${OUT:?}"
+export PYTHONUNBUFFERED=1 COLUMNS=200
+RUN=$(ls -d "$RUNS"/2* 2>/dev/null | tail -1)
+if [ -n "$RUN" ]; then
+  evokernel run --resume "$RUN" 2>&1 | tee "$OUT/run.log"
+else
+  evokernel run experiments/attention_hopper/questions.yaml --runs-dir "$RUNS" 2>&1 | tee "$OUT/run.log"
+  RUN=$(ls -d "$RUNS"/2* | tail -1)
+fi
+evokernel lineage "$RUN" --tree > "$OUT/tree.txt" 2>&1
+evokernel prompts "$RUN" > "$OUT/prompts.txt" 2>&1
+tar czf "$OUT/run.tar.gz" -C "$RUNS" "$(basename "$RUN")"
