@@ -82,6 +82,8 @@ def _produced(lin, outcome: dict) -> str:
         return f"#{child.id} {child.status}"
     if "duplicate_of" in outcome:
         return f"same as #{outcome['duplicate_of']}"
+    if "prompt" in outcome:
+        return f"prompt {outcome['prompt']} (model files: see evokernel prompts)"
     return f"failed: {outcome.get('failed', '?')}"
 
 

@@ -103,7 +103,8 @@ class Outcome:
 class HumanQuestion:
     """A question a person put to a run (`evokernel ask`): queued as a file in RUN/questions/ by `ask`, then
     a row of `human_questions` once the driver received it. `outcomes` has one entry per time it was asked:
-    {"child": id}, {"duplicate_of": id} (the answer repeated a known kernel) or {"failed": reason}."""
+    {"child": id}, {"duplicate_of": id} (the answer repeated a known kernel), {"failed": reason} or {"prompt": id}
+    (put to the `files` model: the prompt's row says what its answer made)."""
 
     id: str  # of this request: one per `evokernel ask`
     question_id: str  # what children's `question_id` says: the same text always gets the same id
