@@ -18,7 +18,8 @@ import pandas as pd
 
 from evokernel.errors import BadInput
 from evokernel.lineage import Lineage, compare_scenarios, describe_retime
-from evokernel.lineage.statistics import best_over_evaluations, failures, llm_cost, question_stats, run_summary
+from evokernel.lineage.statistics import (best_over_evaluations, failures, llm_cost, proposal_failures, question_stats,
+                                          run_summary)
 from evokernel.output import plain, scenario_table
 from evokernel.store import Individual
 
@@ -122,6 +123,15 @@ def failures_html(run: Lineage, shown: set[int]) -> str:
     return _table(["reason", "kernels", "examples"], rows, {0, 2}, "no kernel was rejected")
 
 
+def proposal_failures_html(run: Lineage) -> str:
+    frame = proposal_failures(run)
+    rows = [[_e(r.operator), _e(r.kind), str(r.count), f"<pre>{_e(r.example)}</pre>" if isinstance(r.example, str)
+             else '<span class="dim">not recorded (a run recorded before they were kept)</span>']
+            for r in frame.itertuples()]
+    return _table(["operator", "reason", "proposals", "the first in full"], rows, {0, 1, 3},
+                  "every proposal made a kernel (or a duplicate of one)")
+
+
 def cost_html(run: Lineage) -> str:
     frame = llm_cost(run)
     rows = [[_e(r.model), str(r.calls), str(int(r.cached)), str(int(r.errors)), str(int(r.prompt_tokens or 0)),
@@ -208,7 +218,9 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     best = f"{_num(summary.best)} (#{summary.best_id})" if summary.best_id else "-"
     facts = [f"status: {summary.status}", f"task: {summary.task or '-'}", f"started: {started}",
              f"evaluations: {summary.evaluations} ({summary.correct} correct)", f"best geomean: {best}",
-             f"LLM cost: ${summary.cost_usd:.4f}"] + ([f"stopped: {summary.stop_reason}"] if summary.stop_reason else [])
+             f"LLM cost: ${summary.cost_usd:.4f}",
+             f"failed proposals: {sum(f['count'] for f in summary.proposal_failures)}",
+             *([f"stopped: {summary.stop_reason}"] if summary.stop_reason else [])]
     retime = run.retime(summary.best_id) if summary.best_id else None
     if retime:
         facts.append(f"best #{summary.best_id} {describe_retime(retime)}")
@@ -219,6 +231,7 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     data = json.dumps(chart_data(run, top, graph_ids)).replace("</", "<\\/")
     fills = {"title": _e(f"evokernel run {summary.id}"), "facts": "".join(f"<span>{_e(f)}</span>" for f in facts),
              "top": str(len(top)), "reference": _e(run.speed_reference), "questions": questions_html(run), "failures": failures_html(run, set(order)),
+             "proposal_failures": proposal_failures_html(run),
              "cost": cost_html(run), "kernels": kernels or '<p class="note">no correct kernel yet</p>', "data": data,
              "css": (ASSETS / "report.css").read_text(), "js": (ASSETS / "report.js").read_text()}
     return re.sub(r"\{\{(\w+)\}\}", lambda m: fills[m.group(1)], (ASSETS / "report.html").read_text())

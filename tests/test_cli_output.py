@@ -53,8 +53,9 @@ def test_runs_piped_is_one_tab_separated_line_per_run(runs_dir):
     out = piped("runs", cwd=runs_dir.parent)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split("\t") == ["run", "status", "task", "evaluations", "best geomean", "cost $", "started"]
-    assert len(lines) == 3 and all(len(line.split("\t")) == 7 for line in lines)
+    assert lines[0].split("\t") == ["run", "status", "task", "evaluations", "best geomean", "cost $", "started",
+                                    "failed proposals (operator: reason ×count)"]
+    assert len(lines) == 3 and all(len(line.split("\t")) == 8 for line in lines)
     assert {line.split("\t")[0] for line in lines[1:]} == {"demo", LONG_RUN_ID}  # ids whole
     assert "attention-fwd-cpu" in lines[1] and "│" not in out.stdout and "━" not in out.stdout
 

@@ -357,7 +357,7 @@ def test_a_crossover_waits_for_a_second_kernel(tmp_path):
                                                              "knob-mutation": (KnobMutation(), 1.0)}).run()
     rows = finished_rows(tmp_path / "run")
     assert result.stats.evaluations == 4 and rows[1].operator == "knob-mutation"  # one kernel: no crossover
-    assert result.stats.proposal_failures["knob-crossover"] == 0  # never a kernel crossed with itself
+    assert not [op for op, _ in result.stats.proposal_failures if op == "knob-crossover"]  # never a kernel crossed with itself
 
     alone = Search(config, tmp_path / "alone", operator_set={"knob-crossover": (KnobCrossover(), 1.0)}).run()
     assert alone.stats.evaluations == 1 and alone.reason == "nothing left to evaluate"
@@ -373,7 +373,7 @@ def test_crossover_pairs_only_kernels_with_the_same_knobs(tmp_path):
     result = Search(config, tmp_path / "run", operator_set={"knob-crossover": (KnobCrossover(), 5.0),
                                                              "knob-mutation": (KnobMutation(), 1.0)}).run()
     assert result.stats.evaluations == 10
-    assert result.stats.proposal_failures["knob-crossover"] == 0  # never two seeds of different knobs
+    assert not [op for op, _ in result.stats.proposal_failures if op == "knob-crossover"]  # never two seeds of different knobs
     with Store(tmp_path / "run", readonly=True) as store:
         crossed = [row for row in store.individuals() if row.operator == "knob-crossover"]
         knob_sets = {row.id: set(row.knobs) for row in store.individuals()}

@@ -44,6 +44,15 @@ def _ratio(before: float | None, after: float | None) -> float | None:
     return after / before - 1 if before and after else None
 
 
+def _print_failed_proposals(what: str, counts) -> None:
+    """One line: the proposals (of the run, or from a kernel) that made no kernel, by operator and reason."""
+    from evokernel.lineage.statistics import describe_proposal_failures
+
+    if counts:
+        console.print(f"failed proposals {what} (operator: reason ×count): {describe_proposal_failures(counts)}",
+                      soft_wrap=True, markup=False, highlight=False)
+
+
 @click.command()
 @click.argument("directory", type=click.Path(path_type=Path), default=Path("runs"))
 @json_flag
@@ -52,11 +61,13 @@ def runs(directory: Path, as_json: bool) -> None:
 
     Piped output is one tab-separated line per run after a header line.
     """
+    from collections import Counter
     from dataclasses import asdict
 
     from rich import box
 
     from evokernel.lineage import find_runs
+    from evokernel.lineage.statistics import describe_proposal_failures
     from evokernel.output import Column, print_json, print_table
 
     summaries = find_runs(directory)
@@ -67,9 +78,12 @@ def runs(directory: Path, as_json: bool) -> None:
         console.print(f"no runs under {directory}/")
         return
     columns = [Column("run", no_wrap=True), Column("status", no_wrap=True), Column("task"),
-               *(Column(name, right=True) for name in ("evaluations", "best geomean", "cost $", "started"))]
+               *(Column(name, right=True) for name in ("evaluations", "best geomean", "cost $", "started")),
+               Column("failed proposals (operator: reason ×count)")]
     rows = [[s.id, s.status, s.task or "-", f"{s.evaluations} ({s.correct} ok)",
-             f"{fmt(s.best)} (#{s.best_id})" if s.best_id else "-", f"{s.cost_usd:.4f}", _when(s.started_at)]
+             f"{fmt(s.best)} (#{s.best_id})" if s.best_id else "-", f"{s.cost_usd:.4f}", _when(s.started_at),
+             describe_proposal_failures(Counter({(f["operator"], f["kind"]): f["count"] for f in s.proposal_failures}))
+             or "-"]
             for s in summaries]
     print_table(console, columns, rows, title=f"runs under {directory}/", box=box.SIMPLE_HEAD)
 
@@ -90,6 +104,7 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
     """
     from rich.markup import escape
 
+    from evokernel.lineage.statistics import proposal_failure_counts
     from evokernel.output import print_json
 
     if (kernel_id is not None) + best + (top is not None) > 1:
@@ -112,10 +127,12 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
             trees = [lin.descendants(root, keep) for root in roots]
             if as_json:
                 print_json([_tree_json(lin, node, None, stars) for node in trees])
-            elif console.is_terminal:
+                return
+            if console.is_terminal:
                 _print_rich_trees(lin, trees, stars)
             else:
                 _print_plain_trees(lin, trees, stars)
+            _print_failed_proposals(f"in run {lin.name}", proposal_failure_counts(lin.store))
             return
         targets = [lin.get(kernel_id)] if kernel_id is not None else lin.top(top) if top else [lin.best()]
         if not targets:
@@ -151,6 +168,7 @@ def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: 
                 console.print(line, soft_wrap=True)
                 if ind.status == "rejected":
                     console.print(f"         [red]{escape(lin.failure(ind.id) or '')}[/]", soft_wrap=True)
+        _print_failed_proposals(f"in run {lin.name}", proposal_failure_counts(lin.store))
 
 
 def _step_json(lin, step) -> dict:
@@ -233,6 +251,9 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
 
     RUN is a run directory, a run id under ./runs, or 'latest'.
     """
+    from collections import Counter
+    from dataclasses import asdict
+
     from rich.markup import escape
     from rich.rule import Rule
     from rich.syntax import Syntax
@@ -242,6 +263,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
     with open_run(run) as lin:
         ind = lin.get(kernel_id)
         parents = lin.parents(ind.id)
+        failed_proposals = lin.failed_proposals(ind.id)
         if as_json:
             print_json({
                 "run": lin.name, "id": ind.id, "operator": ind.operator, "parent_ids": ind.parent_ids,
@@ -255,7 +277,8 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
                 "scenarios": lin.scenarios(ind.id), "reference_reused": lin.screened(ind.id),
                 "against_parents": [{"parent": p.id, "scenarios": [_delta_json(d) for d in lin.compare(p.id, ind.id)]}
                                     for p in parents],
-                "build_log": lin.build_log(ind.id), "llm_call": lin.llm_call(ind.id)})
+                "build_log": lin.build_log(ind.id), "llm_call": lin.llm_call(ind.id),
+                "failed_proposals": [asdict(f) for f in failed_proposals]})
             return
         console.print(Rule(f"kernel #{ind.id} of run {escape(lin.name)}"))
         parent_ids = ", ".join(f"#{p}" for p in ind.parent_ids) or "none (seed)"
@@ -269,6 +292,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
                           f"{escape(text)}", soft_wrap=True)
         if ind.knobs:
             console.print(f"knobs: {escape(json.dumps(ind.knobs, sort_keys=True))}", soft_wrap=True)
+        _print_failed_proposals(f"from #{ind.id}", Counter((f.operator, f.kind) for f in failed_proposals))
         from evokernel.harness import LANGUAGES
 
         console.print(Rule("source"))

@@ -126,6 +126,10 @@ def _llm_preflight(config, check: bool) -> None:
 
 
 def _progress_table(stats) -> Table:
+    from rich.text import Text
+
+    from evokernel.lineage.statistics import describe_proposal_failures
+
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -136,16 +140,14 @@ def _progress_table(stats) -> Table:
     table.add_row("best geomean", best)
     failures = ", ".join(f"{kind} {n}" for kind, n in stats.failures.most_common()) or "none"
     table.add_row("rejected", failures)
-    skipped = f"{stats.duplicates} duplicates"
-    if stats.proposal_failures:
-        skipped += ", failed proposals " + ", ".join(f"{op} {n}" for op, n in stats.proposal_failures.items())
-    table.add_row("skipped", skipped)
+    table.add_row("skipped", f"{stats.duplicates} duplicates")
+    table.add_row("failed proposals", Text(describe_proposal_failures(stats.proposal_failures) or "none"))
     busy = "-" if stats.busy_fraction is None else f"{100 * stats.busy_fraction:.0f}%"
     table.add_row("workers busy", f"{busy} of {stats.slots} evaluation slot(s)")
     table.add_row("LLM cost", f"${stats.cost_usd:.2f}" if stats.llm else "no model")
     table.add_row("elapsed", f"{stats.elapsed_s:.0f} s")
     if stats.last:
-        table.add_row("last", stats.last)
+        table.add_row("last", Text(stats.last))  # may quote a compiler or an LLM: not markup
     return table
 
 
@@ -154,17 +156,25 @@ def _log_line(stats) -> str:
     busy = "-" if stats.busy_fraction is None else f"{100 * stats.busy_fraction:.0f}%"
     return (f"[{stats.evaluations}{'/' + str(stats.budget) if stats.budget else ''}] best {best} · busy {busy}"
             f" · rejected {sum(stats.failures.values())} · duplicates {stats.duplicates}"
+            f" · failed proposals {sum(stats.proposal_failures.values())}"
             + (f" · ${stats.cost_usd:.2f}" if stats.llm else "") + f" · {stats.last or ''}")
 
 
 def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
     from evokernel.harness import speed_reference_label
+    from evokernel.lineage.statistics import describe_proposal_failures, proposal_failure_counts
     from evokernel.store import Store
 
     stats = result.stats
+    with Store(run_dir, readonly=True) as store:
+        failed_proposals = proposal_failure_counts(store)
     screened = f" ({stats.screened} screened against reused reference times)" if stats.screened else ""
     console.print(f"\nrun {result.status}: {result.reason} · {stats.evaluations} evaluations{screened}, "
-                  f"{sum(stats.failures.values())} rejected, {stats.duplicates} duplicates skipped", soft_wrap=True)
+                  f"{sum(stats.failures.values())} rejected, {stats.duplicates} duplicates skipped, "
+                  f"{sum(failed_proposals.values())} failed proposals", soft_wrap=True, markup=False)
+    if failed_proposals:
+        console.print(f"failed proposals (operator: reason ×count): {describe_proposal_failures(failed_proposals)}",
+                      soft_wrap=True, markup=False, highlight=False)
     if stats.llm:
         with Store(run_dir, readonly=True) as store:
             calls, failed = store.llm_calls(), store.llm_failures()
@@ -288,7 +298,7 @@ def run(config_path: Path | None, model: str | None, api_base: str | None, budge
                 click.echo(_log_line(stats))
 
     search = Search(config, run_dir, resume=resume is not None, progress=progress,
-                    notify=lambda line: console.print(line, soft_wrap=True))
+                    notify=lambda line: console.print(line, soft_wrap=True, markup=False))
     console.print(f"run directory: {run_dir} · task {config.task} · scenarios '{config.scenarios}'", soft_wrap=True)
     warn_if_not_isolated()
     if live is not None:

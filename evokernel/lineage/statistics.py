@@ -1,19 +1,23 @@
 """Whole-run statistics: which questions paid (in one run or summed over several), why kernels were
-rejected, the best over evaluations, what the LLM cost, and the one-line summaries of `evokernel runs`."""
+rejected, why proposals made no kernel, the best over evaluations, what the LLM cost, and the one-line
+summaries of `evokernel runs`."""
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from evokernel.errors import BadInput
 from evokernel.lineage.view import Lineage
-from evokernel.store import DEFAULT_RUNS, iter_runs
+from evokernel.store import DEFAULT_RUNS, Store, iter_runs
+
+# the kind of the failed proposals a run recorded before schema version 3 counted, by operator only, in its meta
+UNRECORDED = "reason not recorded"
 
 
 @dataclass
@@ -31,6 +35,7 @@ class RunSummary:
     best_id: int | None
     cost_usd: float
     started_at: float | None
+    proposal_failures: list[dict] = field(default_factory=list)  # {operator, kind, count}, most frequent first
 
 
 def failure_reason(failure: str, scenario_names: set[str]) -> str:
@@ -135,6 +140,34 @@ def failures(run: Lineage) -> pd.DataFrame:
     return frame.sort_values(["count", "reason"], ascending=[False, True], ignore_index=True)
 
 
+def proposal_failure_counts(store: Store) -> Counter:
+    """Failed proposals by (operator, kind of reason), from the run's database. Failures the meta's
+    per-operator counters hold beyond those (a run recorded before schema version 3) count as UNRECORDED."""
+    failed = store.proposal_failures()
+    counts = Counter((f.operator, f.kind) for f in failed)
+    recorded = Counter(f.operator for f in failed)
+    for operator, total in ((store.meta().get("counters") or {}).get("proposal_failures") or {}).items():
+        if total > recorded[operator]:
+            counts[(operator, UNRECORDED)] += total - recorded[operator]
+    return counts
+
+
+def describe_proposal_failures(counts: Counter) -> str:
+    """Failed proposals in one line, most frequent first: `operator: kind ×count; ...`."""
+    return "; ".join(f"{operator}: {kind} ×{n}" for (operator, kind), n in counts.most_common())
+
+
+def proposal_failures(run: Lineage) -> pd.DataFrame:
+    """Failed proposals grouped by operator and kind of reason: operator, kind, count and the first reason
+    in full (None for UNRECORDED ones), most frequent first."""
+    first: dict[tuple[str, str], str] = {}
+    for failure in run.store.proposal_failures():
+        first.setdefault((failure.operator, failure.kind), failure.reason)
+    rows = [{"operator": operator, "kind": kind, "count": n, "example": first.get((operator, kind))}
+            for (operator, kind), n in proposal_failure_counts(run.store).most_common()]
+    return pd.DataFrame(rows, columns=["operator", "kind", "count", "example"])
+
+
 def llm_cost(run: Lineage) -> pd.DataFrame:
     """Per model: calls, cached answers, errors, tokens, cost, mean latency."""
     calls = pd.DataFrame(run.store.llm_calls(), columns=[
@@ -157,7 +190,9 @@ def run_summary(run: Lineage) -> RunSummary:
                       stop_reason=meta.get("stop_reason"), evaluations=len(run.evaluated()),
                       correct=sum(i.status == "correct" for i in run.individuals.values()),
                       best=best[0].fitness if best else None, best_id=best[0].id if best else None,
-                      cost_usd=run.store.total_cost(), started_at=started)
+                      cost_usd=run.store.total_cost(), started_at=started,
+                      proposal_failures=[{"operator": operator, "kind": kind, "count": n} for (operator, kind), n
+                                         in proposal_failure_counts(run.store).most_common()])
 
 
 def find_runs(root: Path = DEFAULT_RUNS) -> list[RunSummary]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evokernel.errors import BadInput
 from evokernel.lineage.compare import ScenarioDelta, compare_scenarios
-from evokernel.store import DEFAULT_RUNS, HumanQuestion, Individual, open_readonly, resolve_run
+from evokernel.store import DEFAULT_RUNS, HumanQuestion, Individual, ProposalFailure, open_readonly, resolve_run
 
 
 def _built_in_question_text(question_id: str) -> str | None:
@@ -160,6 +160,11 @@ class Lineage:
 
     def children(self, individual_id: int) -> list[Individual]:
         return [self.individuals[c] for c in self._children.get(self.get(individual_id).id, [])]
+
+    def failed_proposals(self, individual_id: int) -> list[ProposalFailure]:
+        """The proposals made from this kernel (as a parent) that produced no kernel, oldest first."""
+        self.get(individual_id)
+        return [f for f in self.store.proposal_failures() if individual_id in f.parent_ids]
 
     def question_text(self, question_id: str | None) -> str | None:
         if not question_id:

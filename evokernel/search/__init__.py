@@ -7,11 +7,11 @@ search), `retime` (the end-of-run re-timing of the best kernel against the seed)
 and SIGTERM) and `stats` (the progress and summary).
 Evaluations go to an `evokernel.evaluation.Evaluator` the config picks.
 
-Interface: `Search`, `SearchStats`, `SearchResult`, `new_run_dir`, `failure_kind`.
+Interface: `Search`, `SearchStats`, `SearchResult`, `new_run_dir`, `failure_kind`, `proposal_failure_kind`.
 """
 
 from evokernel.search.driver import Search
 from evokernel.search.run_dir import new_run_dir
-from evokernel.search.stats import SearchResult, SearchStats, failure_kind
+from evokernel.search.stats import SearchResult, SearchStats, failure_kind, proposal_failure_kind
 
-__all__ = ["Search", "SearchResult", "SearchStats", "failure_kind", "new_run_dir"]
+__all__ = ["Search", "SearchResult", "SearchStats", "failure_kind", "new_run_dir", "proposal_failure_kind"]

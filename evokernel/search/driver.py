@@ -14,7 +14,7 @@ import random
 import signal
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,8 +36,8 @@ from evokernel.search.human import HumanQuestions
 from evokernel.search.proposals import Job, OperatorContexts, configured_operators, operator_services, parent_view
 from evokernel.search import retime
 from evokernel.search.interrupts import interrupt, signals_deferred
-from evokernel.search.stats import SearchResult, SearchStats, failure_kind
-from evokernel.store import Individual, normalized_hash
+from evokernel.search.stats import SearchResult, SearchStats, failure_kind, proposal_failure_kind
+from evokernel.store import Individual, ProposalFailure, normalized_hash
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
@@ -119,7 +119,7 @@ class Search:
         # so a command should end with os._exit once its output is out
         self.sigterm_in_ray_start = False
         self.proposal_done = threading.Event()
-        self.unproductive = 0
+        self.unproductive: Counter[str] = Counter()  # why the proposals since the last new kernel made none
         self.stop_reason: str | None = None  # why no more proposals are made
         self.halted = False  # time or money is spent, or interrupted: queued kernels wait for a resume
         self.llm_stopped: str | None = None  # why the question operators stopped, once the LLM client gave up
@@ -226,9 +226,11 @@ class Search:
     def _start_proposals(self, executor: ThreadPoolExecutor) -> None:
         self.human.poll()
         while self.stop_reason is None and self._room():
-            if self.unproductive >= UNPRODUCTIVE_LIMIT:
-                self.stop_reason = (f"no new kernels: the last {self.unproductive} proposals were duplicates "
-                                    "or failed")
+            unproductive = self.unproductive.total()
+            if unproductive >= UNPRODUCTIVE_LIMIT:
+                why, n = self.unproductive.most_common(1)[0]
+                self.stop_reason = (f"no new kernels: the last {unproductive} proposals were duplicates or failed "
+                                    f"(most often: {why}, {n} of {unproductive})")
                 return
             llm_room = sum(1 for job in self.proposing.values() if self._uses_llm(job)) \
                 < self.config.llm.max_concurrent and not self._llm_stopped()
@@ -261,23 +263,37 @@ class Search:
 
     def _take(self, job: Job, outcome: Proposal | ProposalFailed) -> None:
         if isinstance(outcome, ProposalFailed):
-            self.unproductive += 1
-            self.stats.proposal_failures[job.operator] += 1
-            self.stats.last = f"{job.operator} from {[p.id for p in job.parents]} failed: {outcome}"
+            self._failed(job, outcome)
             self._answered(job, {"failed": str(outcome)})
             return
         if normalized_hash(outcome.source) in self.known:
-            self.unproductive += 1
+            self.unproductive["duplicates"] += 1
             self.stats.duplicates += 1
             if outcome.declared_limit:
                 self.monitor.declared_limit(outcome)
             if job.request_id is not None:
                 self._answered(job, {"duplicate_of": self.store.find_duplicate(normalized_hash(outcome.source)).id})
             return
-        self.unproductive = 0
+        self.unproductive.clear()
         child_id = self._store_child(outcome, job.island, job.generation)
         self.proposals[child_id] = outcome
         self._answered(job, {"child": child_id})
+
+    def _failed(self, job: Job, failure: ProposalFailed) -> None:
+        """Record a proposal that made no kernel, counted by operator and kind of reason; the first of each
+        kind in this run is said in full (later ones only counted, all kept in the database)."""
+        reason, parent_ids = str(failure), [p.id for p in job.parents]
+        kind = proposal_failure_kind(job.operator, reason)
+        self.store.add_proposal_failure(ProposalFailure(operator=job.operator, kind=kind, reason=reason,
+                                                        parent_ids=parent_ids, llm_call_id=failure.llm_call_id))
+        parents = ", ".join(f"#{i}" for i in parent_ids)
+        if not self.stats.proposal_failures[(job.operator, kind)]:
+            call = f" (LLM call {failure.llm_call_id})" if failure.llm_call_id is not None else ""
+            self.notify(f"{job.operator} made no kernel from {parents}{call}: {reason} (the first '{kind}' of "
+                        f"{job.operator}: later ones are counted, not shown)")
+        self.stats.proposal_failures[(job.operator, kind)] += 1
+        self.unproductive[f"{job.operator}: {kind}"] += 1
+        self.stats.last = f"{job.operator} from {parents} failed: {reason}"
 
     def _answered(self, job: Job, outcome: dict) -> None:
         """Record what asking a person's question produced (nothing to record for other jobs)."""

@@ -19,6 +19,7 @@ import yaml
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput, read_text
 from evokernel.harness import Task, isolation
+from evokernel.lineage.statistics import proposal_failure_counts
 from evokernel.mutations import Proposal
 from evokernel.mutations.knobs import KnobError, knob_values, parse_knobs
 from evokernel.search.stats import SearchStats
@@ -129,7 +130,7 @@ def open_session(store: Store, run_dir: Path, config: RunConfig, resume: bool, s
     now = time.time()
     counters = meta.get("counters", {})
     stats.duplicates = counters.get("duplicates", 0)
-    stats.proposal_failures = Counter(counters.get("proposal_failures", {}))
+    stats.proposal_failures = proposal_failure_counts(store)
     store.set_meta("config", write_config(run_dir, config))
     store.set_meta("random_seed", config.random_seed)
     store.set_meta("versions", _versions())
@@ -143,8 +144,12 @@ def open_session(store: Store, run_dir: Path, config: RunConfig, resume: bool, s
 
 
 def save_counters(store: Store, session: Session, stats: SearchStats) -> None:
-    """What a resume carries on: duplicates, failed proposals, time spent."""
-    store.set_meta("counters", {"duplicates": stats.duplicates, "proposal_failures": dict(stats.proposal_failures)})
+    """What a resume carries on: duplicates, time spent, and failed proposals by operator (their reasons are in
+    the database; these totals also count those of a run recorded before it kept them)."""
+    by_operator = Counter()
+    for (operator, _), n in stats.proposal_failures.items():
+        by_operator[operator] += n
+    store.set_meta("counters", {"duplicates": stats.duplicates, "proposal_failures": dict(by_operator)})
     store.set_meta("elapsed_s", session.elapsed())
 
 

@@ -1,5 +1,6 @@
 """What a search reports while it runs and when it ends: `SearchStats` (the progress display, also
-the end-of-run summary), `SearchResult`, and `failure_kind` (rejection reasons counted by kind)."""
+the end-of-run summary), `SearchResult`, `failure_kind` (rejection reasons counted by kind) and
+`proposal_failure_kind` (the reasons of proposals that made no kernel, counted by kind)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class SearchStats:
     seed_fitness: float | None = None
     failures: Counter = field(default_factory=Counter)  # rejected evaluations by kind of reason
     duplicates: int = 0  # proposals identical to an earlier kernel: skipped, not evaluated
-    proposal_failures: Counter = field(default_factory=Counter)  # by operator
+    proposal_failures: Counter = field(default_factory=Counter)  # by (operator, proposal_failure_kind)
     busy_fraction: float | None = None
     cost_usd: float = 0.0
     elapsed_s: float = 0.0  # including earlier sessions
@@ -56,3 +57,18 @@ def failure_kind(reason: str | None) -> str:
     text = re.sub(r"^[\w.]+(-[\w.]+)+: ", "", reason or "unknown")
     text = re.split(r":| during | after |\d", text, maxsplit=1)[0]
     return text.strip() or "unknown"
+
+
+def proposal_failure_kind(operator: str, reason: str) -> str:
+    """The kind of a failed proposal's reason, for counting: its first line without the operator's own name
+    (and question id), details in parentheses, quoted names, paths and numbers, so that failures differing
+    only in those count together."""
+    text = (reason.strip().splitlines() or [""])[0]
+    text = re.sub(rf"^{re.escape(operator)}(\s*\([^()]*\))?:\s*", "", text)  # "question-mutation (q-id): "
+    text = re.sub(r"(?<!\w)'[^']*'(?!\w)|\"[^\"]*\"|`[^`]*`", "", text)  # quoted names (not "kernel #3's")
+    while re.search(r"\([^()]*\)", text):  # innermost first, so nested ones go too
+        text = re.sub(r"\s*\([^()]*\)", "", text)
+    text = re.sub(r"/?\S*/\S*", lambda m: m[0] if re.fullmatch(r"[A-Za-z]+(/[A-Za-z]+)+", m[0]) else "",
+                  text)  # paths (not words such as SEARCH/REPLACE)
+    text = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
+    return " ".join(text.split()).strip(" :;,.")[:100] or "unknown"
