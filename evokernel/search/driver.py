@@ -28,10 +28,11 @@ from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
 from evokernel.harness import CheckOptions, Task, get_task
-from evokernel.mutations import Operator, Proposal, ProposalFailed, llm_operator_names, operators
+from evokernel.mutations import AnswerPending, Operator, Proposal, ProposalFailed, llm_operator_names, operators
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
 from evokernel.search.budget import end_reason, time_or_money_spent
+from evokernel.search.answers import FileAnswers
 from evokernel.search.human import HumanQuestions
 from evokernel.search.proposals import Job, OperatorContexts, configured_operators, operator_services, parent_view
 from evokernel.search import retime
@@ -93,6 +94,8 @@ class Search:
             raise
         self.contexts = OperatorContexts(self.store, self.task, self.services)
         self.human = HumanQuestions(self.run_dir, self.store, self.notify)
+        self.answers = FileAnswers(self.run_dir, self.store, self.notify)
+        self.idle_since: float | None = None  # since when only open prompts of the files model are left
         # asks people's questions; None when this session has no question operators (no model)
         self.human_operator: Operator | None = (
             (self.ops.get("question-mutation") or operators()["question-mutation"].factory(config))
@@ -149,6 +152,7 @@ class Search:
             self._note_seed(row)
         self.stats.evaluations = sum(1 for row in earlier if row.status in ("correct", "rejected"))
         self.human.restore()
+        self.answers.restore()
         if self.resume:
             self.notify(f"resuming {self.run_dir}: {self.stats.evaluations} evaluations done, "
                         f"{len(self.queue)} re-submitted, population {len(self.population)}")
@@ -232,8 +236,8 @@ class Search:
                 self.stop_reason = (f"no new kernels: the last {unproductive} proposals were duplicates or failed "
                                     f"(most often: {why}, {n} of {unproductive})")
                 return
-            llm_room = sum(1 for job in self.proposing.values() if self._uses_llm(job)) \
-                < self.config.llm.max_concurrent and not self._llm_stopped()
+            asking = sum(1 for job in self.proposing.values() if self._uses_llm(job))
+            llm_room = asking < self.config.llm.max_concurrent and not self._llm_stopped() and self._prompt_room(asking)
             job = self._next_job(llm_room)
             if job is None:
                 return
@@ -255,13 +259,17 @@ class Search:
             job = self.proposing.pop(future)
             try:
                 outcome = future.result()
-            except ProposalFailed as exc:
+            except (ProposalFailed, AnswerPending) as exc:
                 outcome = exc
             except Exception as exc:  # an operator bug must not end the run; it is counted and shown
                 outcome = ProposalFailed(f"{type(exc).__name__}: {exc}")
             self._take(job, outcome)
 
-    def _take(self, job: Job, outcome: Proposal | ProposalFailed) -> None:
+    def _take(self, job: Job, outcome: Proposal | ProposalFailed | AnswerPending) -> None:
+        if isinstance(outcome, AnswerPending):
+            self.stats.last = f"{job.operator} from {[p.id for p in job.parents]}: {outcome}"
+            self._answered(job, {"prompt": outcome.prompt_id})
+            return
         if isinstance(outcome, ProposalFailed):
             self._failed(job, outcome)
             self._answered(job, {"failed": str(outcome)})
@@ -294,6 +302,55 @@ class Search:
         self.stats.proposal_failures[(job.operator, kind)] += 1
         self.unproductive[f"{job.operator}: {kind}"] += 1
         self.stats.last = f"{job.operator} from {parents} failed: {reason}"
+
+    # -- answers to the files model's prompts -------------------------------------------------------
+    def _prompt_room(self, asking: int) -> bool:
+        """Whether the question operators may ask now, `asking` questions being asked (not when only the files
+        model answers and its open prompts would pass llm.max_open_prompts)."""
+        client = self.services.get("llm")
+        return client is None or client.prompt_room(asking, self.store)
+
+    def _take_answers(self) -> bool:
+        """Take the answers given to open prompts: each becomes a child (or a recorded failure) in the
+        transaction that closes its prompt. True when one was taken."""
+        if "llm" not in self.services:
+            return False  # a session without a model: its answers wait for one that has
+        given = self.answers.poll()
+        for answer in given:
+            job = self.answers.job(answer.prompt)
+            with self.store.transaction():
+                outcome = self.answers.outcome(answer, self.services["llm"])
+                self._take(job, outcome)
+                if isinstance(outcome, ProposalFailed):
+                    self.store.close_prompt(answer.prompt.id, "failed", answer.answered_by,
+                                            outcome.llm_call_id, reason=str(outcome))
+                else:
+                    kernel = self.store.find_duplicate(normalized_hash(outcome.source))
+                    self.store.close_prompt(answer.prompt.id, "answered", answer.answered_by, outcome.llm_call_id,
+                                            child_id=kernel.id if kernel else None)
+        return bool(given)
+
+    def _await_answers(self) -> bool:
+        """With nothing else to do but open prompts: wait for their answers up to llm.answer_wait_s (True:
+        go on looping); else say where they are and stop."""
+        waiting = self.answers.open_prompts() if "llm" in self.services else []
+        budget = self.config.budget.evaluations
+        if not waiting:
+            return False
+        if self.halted or (budget is not None and self.stats.evaluations >= budget):
+            self.notify(f"{len(waiting)} prompts still wait for answers (evokernel prompts {self.run_dir}): "
+                        "a --resume takes the answers given meanwhile")
+            return False
+        now = time.monotonic()
+        self.idle_since = self.idle_since or now
+        if now - self.idle_since < self.config.llm.answer_wait_s:
+            self.stats.last = f"waiting for answers to {len(waiting)} prompts (evokernel prompts {self.run_dir})"
+            time.sleep(min(0.5, self.answers.poll_interval_s))
+            return True
+        self.stop_reason = self.stop_reason or (
+            f"{len(waiting)} prompts wait for answers: answer them (evokernel prompts {self.run_dir}; "
+            f"evokernel answer {self.run_dir} ID FILE) and continue with evokernel run --resume {self.run_dir}")
+        return False
 
     def _answered(self, job: Job, outcome: dict) -> None:
         """Record what asking a person's question produced (nothing to record for other jobs)."""
@@ -418,12 +475,17 @@ class Search:
             while True:
                 loop_started = time.perf_counter()
                 self._drain_proposals()
+                if self._take_answers():
+                    self.idle_since = None
                 self._over_time_or_money()
                 self._submit_ready()
                 self._start_proposals(executor)
                 self._submit_ready()
                 if not self.evaluator.in_flight() and not self.proposing and (not self.queue or self.halted):
+                    if self._await_answers():
+                        continue
                     break
+                self.idle_since = None
                 waited = time.perf_counter()
                 finished = self._wait()
                 after_wait = time.perf_counter()
