@@ -64,6 +64,7 @@ class Baseline:
     run: Callable[[Any, Any], object]
     prepare: Callable[[dict, Any], Any] | None = None
     supports: Callable[[Any], bool] = lambda scenario: True
+    description: str = ""  # what it is, in a few words (a prompt names the speed reference with it)
 
 
 class Task:

@@ -1,18 +1,31 @@
 """Prompts for the question operators. The question is the centre: it opens the prompt and closes it.
 
-Between the two, the prompt gives what is needed to answer it by measurement-minded reasoning:
-the kernel, its per-scenario results, what was asked before on its line, and the task's ABI
-contract. The answer format (full file or SEARCH/REPLACE edits) comes last.
+Between the two, the prompt gives what is needed to answer it by measurement-minded reasoning, to a
+model or to a person who sees nothing but the prompt: where the kernel is built and run (device, peak
+rates, compiler command, limits, what the harness refuses), the kernel, its knobs, its per-scenario
+results (time, achieved rate and fraction of the roofline, next to the speed reference's), its
+registers and spills, how its line came about, and the task's ABI contract. The answer format (full
+file or SEARCH/REPLACE edits) comes last.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
+from typing import NamedTuple
+
 from evokernel.bank import Question
 from evokernel.bank.proposals import PROPOSAL_FORMAT
-from evokernel.harness import LANGUAGES, Task
+from evokernel.harness import LANGUAGES, CheckOptions, Task, speed_reference_label
+from evokernel.harness.build import show_source_paths
+from evokernel.harness.check import MIN_STEP_LIMIT_S
+from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS
+from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
+from evokernel.mutations.knobs import KnobError, parse_knobs
 
-PROMPT_VERSION = 1  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 2  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -26,34 +39,257 @@ WHY_NOW = {
     "human": "A person watching this search asks this question about this kernel.",
 }
 
+FUNCTIONS_SHOWN = 24  # kernel functions in the registers table
+MESSAGE_LINES = 12  # compiler messages shown (warnings, ptxas notes), each cut at MESSAGE_WIDTH characters
+MESSAGE_WIDTH = 300
+TRIMMED_MARK = "... [trimmed] ..."  # what build.py puts where it cut a long log
+
+_PTXAS_ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(\w+)'")
+_PTXAS_PROPERTIES = re.compile(r"ptxas info\s*: Function properties for (\S+)")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"ptxas info\s*: Used (\d+) registers")
+_PTXAS_ROUTINE = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for|Used \d+ registers"
+                            r"|Compile time|\d+ bytes gmem)|^\s*\d+ bytes stack frame")
+_MANGLED = re.compile(r"_Z\w+")
+_LITERAL = re.compile(r"L([bcahstijlmxy])(n?)(\d+)E")
+_SOURCE_NAME = re.compile(r"(\d+)")
+
 
 def _fence(language: str) -> str:
     return LANGUAGES[language].fence
 
 
-def results_table(report: dict | None) -> str:
-    """Per-scenario verdict and speed from a CheckReport dict, as a small text table."""
+def _rate_unit(peak_flops: float) -> tuple[float, str]:
+    """The rate unit for a task's scenarios: TFLOP/s on a device that peaks above 10 TFLOP/s, else GFLOP/s."""
+    return (1e12, "TFLOP/s") if peak_flops >= 1e13 else (1e9, "GFLOP/s")
+
+
+def _bandwidth(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e12:.1f} TB/s" if bytes_per_s >= 1e12 else f"{bytes_per_s / 1e9:.0f} GB/s"
+
+
+class _Reference(NamedTuple):
+    """What speedups are over: in a sentence (`words`), after "speedup over" (`over`), in column headers (`column`)."""
+
+    words: str
+    over: str
+    column: str
+
+
+def _reference(task: Task, report: dict | None) -> _Reference:
+    reference = (report or {}).get("speed_reference")
+    if not reference:
+        return _Reference("the run's speed reference", "the speed reference", "reference")
+    baseline = task.baselines().get(reference)
+    if baseline is not None:
+        return _Reference(f"{reference} ({baseline.description})" if baseline.description else reference,
+                          reference, reference)
+    if reference == "original":
+        return _Reference(speed_reference_label(reference), "the original kernel", "original")
+    return _Reference(f"the kernel file {Path(reference).name}", "the reference kernel", "reference")
+
+
+def results_table(report: dict | None, task: Task) -> str:
+    """Per-scenario verdict, error margin, speed and achieved rate from a CheckReport dict, as a small text
+    table: the rate from the task's FLOP count, the fraction of the roofline its peak rates allow, and the
+    same for the speed reference, so that an answer can tell a kernel far from the hardware's limit from one
+    close to it; then what each column means and what each scenario is."""
     if not report:
         return "(not evaluated yet)"
-    lines = []
+    reference = _reference(task, report)
+    short, unit = reference.column, _rate_unit(task.peak_flops)[1]
+    known = {s.name: s for s in task.scenarios("all")}
+    results = report.get("scenarios", [])
     if report.get("correct"):
-        lines.append(f"correct on every scenario; geomean speedup over the original: {report.get('geomean_speedup'):.3f}")
+        verdict = (f"correct on every scenario of the set {report.get('scenario_set', '?')}; fitness = geomean "
+                   f"speedup over {reference.over}: {report.get('geomean_speedup'):.3f}")
     else:
-        lines.append(f"REJECTED: {report.get('failure') or 'unknown reason'}")
-    lines.append("scenario | ok | speedup | time ms | spread")
-    for s in report.get("scenarios", []):
-        speed = f"{s['speedup']:.3f}" if s.get("speedup") else "-"
-        time_ms = f"{s['time_ms']:.4f}" if s.get("time_ms") else "-"
-        spread = f"{100 * s['spread']:.1f}%" if s.get("spread") is not None else "-"
-        note = f" ({s['error']})" if s.get("error") else ""
-        lines.append(f"{s['name']} | {'yes' if s.get('correct') else 'NO'} | {speed} | {time_ms} | {spread}{note}")
+        verdict = f"REJECTED: {report.get('failure') or 'unknown reason'}"
+    lines = [verdict, f"scenario | ok | speedup | time ms | spread | {unit} | % of roofline (bound) | {short} ms | "
+                      f"{short} {unit} | err / tolerance"]
+    lines += [_scenario_row(s, known.get(s["name"]), task) for s in results]
+    if not results:
+        return "\n".join(lines)
+    lines.append(f"err = max |output - float64 reference|; tolerance = {task.tolerance_factor:g} x the error of the "
+                 f"same computation done plainly in {task.dtype}, + {task.tolerance_floor:g}.")
+    if any(s.get("time_ms") for s in results):
+        lines.append(f"speedup = {short} time / this kernel's time; times are medians of timed calls, each after a "
+                     "cache flush, on new input values; spread = interquartile range / median; "
+                     f"{unit} = the task's useful FLOPs / time; % of roofline = the least time the task's peak rates "
+                     "allow for the scenario's FLOPs and bytes / time."
+                     + (f" The {short} times were reused from an earlier check on this device."
+                        if report.get("reference_reused") else ""))
+    else:
+        lines.append("(no times in this report: the kernel was not timed)")
+    lines.append("The scenarios:")
+    lines += [f"{s['name']}: " + ", ".join(f"{field}={value}" for field, value in fields.items())
+              for s in results if s["name"] in known for fields in [dataclasses.asdict(known[s["name"]])]]
     return "\n".join(lines)
 
 
-def _kernel_section(parent: Parent, language: str, label: str) -> str:
-    fitness = f"{parent.fitness:.3f}" if parent.fitness is not None else "none (rejected or not evaluated)"
-    return (f"## {label}: kernel #{parent.id}, geomean speedup {fitness}\n```{_fence(language)}\n"
-            f"{parent.source.rstrip()}\n```\n\n### Its results per scenario\n{results_table(parent.report)}\n")
+def _scenario_row(s: dict, scenario, task: Task) -> str:
+    """One row of `results_table`; the rates need the scenario (None when the task no longer has it)."""
+    scale = _rate_unit(task.peak_flops)[0]
+
+    def rate(time_ms: float | None) -> str:
+        return f"{task.flops(scenario) / (time_ms * 1e-3) / scale:.1f}" if scenario and time_ms else "-"
+
+    roofline = "-"
+    if scenario and s.get("time_ms"):
+        compute_s, memory_s = task.flops(scenario) / task.peak_flops, task.min_bytes(scenario) / task.peak_bytes_per_s
+        roofline = (f"{100 * task.roofline_floor_ms(scenario) / s['time_ms']:.1f}% "
+                    f"({'compute' if compute_s >= memory_s else 'memory'})")
+    error = (f"{100 * s['max_err'] / s['tolerance']:.0f}%" if s.get("max_err") is not None and s.get("tolerance")
+             else "-")
+    speed = f"{s['speedup']:.3f}" if s.get("speedup") else "-"
+    time_ms = f"{s['time_ms']:.4f}" if s.get("time_ms") else "-"
+    reference_ms = f"{s['original_time_ms']:.4f}" if s.get("original_time_ms") else "-"
+    spread = f"{100 * s['spread']:.1f}%" if s.get("spread") is not None else "-"
+    note = f" ({s['error']})" if s.get("error") else " (suspicious)" if s.get("suspicious") else ""
+    return (f"{s['name']} | {'yes' if s.get('correct') else 'NO'} | {speed} | {time_ms} | {spread} | "
+            f"{rate(s.get('time_ms'))} | {roofline} | {reference_ms} | {rate(s.get('original_time_ms'))} | {error}{note}")
+
+
+def _setting(task: Task, report: dict | None) -> str:
+    """Where the kernel is built and run, and what the harness refuses: what an answer may rely on."""
+    facts = LANGUAGES[task.language]
+    source = "kernel" + facts.extension
+    arguments = facts.compile_command(Path(source), Path("."), Path("kernel.so"))
+    # linker paths name folders of this machine's toolkit and say nothing about the code
+    command = " ".join(a for n, a in enumerate(arguments) if "-Xlinker" not in arguments[max(n - 1, 0):n + 1])
+    scale, unit = _rate_unit(task.peak_flops)
+    device = (report or {}).get("device")
+    device = f"{device} (as its check reported it)" if device else "not reported (no check of this kernel ran on it)"
+    refused = "; ".join(dict.fromkeys(reason for _, reason in FORBIDDEN_CALLS))
+    includes = ", ".join(sorted(ALLOWED_INCLUDES[task.language]))
+    return (
+        "## Where the kernel is built and run\n"
+        f"- Device: {device}.\n"
+        f"- The task's peak rates (its roofline; tensors are {task.dtype}): {task.peak_flops / scale:.0f} {unit}, "
+        f"{_bandwidth(task.peak_bytes_per_s)}.\n"
+        f"- Build: `{command}`, with the contract's header beside {source}. The kernel is this one file; it may "
+        f"include the contract's header and {includes}. Nothing else is linked.\n"
+        f"- Limits: compiling {CheckOptions.compile_timeout_s:.0f} s; a call of the kernel is stopped after "
+        f"{LIMIT_FACTOR:.0f} times the task's original kernel's time (at least {MIN_STEP_LIMIT_S[task.backend]:.0f} "
+        "s); a time below the roofline is timed again and then refused.\n"
+        f"- The harness refuses a kernel that {refused}; one that writes outside its outputs or changes its inputs; "
+        "and one whose outputs miss an element (they are poisoned with NaN before every call).\n")
+
+
+def _demangle(symbol: str) -> str:
+    """`ns::name<1,true>` for an Itanium-mangled name of the usual templated-kernel shape (ptxas names kernels
+    mangled), the parameter list left out; any other symbol as it is."""
+    if not symbol.startswith("_Z"):
+        return symbol
+    nested, parts = symbol.startswith("_ZN"), []
+    position = 3 if nested else 2
+    while match := _SOURCE_NAME.match(symbol, position):
+        start = match.end()
+        name, position = symbol[start:start + int(match[1])], start + int(match[1])
+        if symbol.startswith("I", position):
+            arguments, position = _template_arguments(symbol, position + 1)
+            if arguments is None:
+                return symbol
+            name += "<" + ",".join(arguments) + ">"
+        parts.append(name)
+        if not nested:
+            break
+    if not parts or (nested and not symbol.startswith("E", position)):
+        return symbol
+    return "::".join(parts)
+
+
+def _template_arguments(symbol: str, position: int) -> tuple[list[str] | None, int]:
+    """Integer and boolean literals and plain type names up to the closing E; None for anything else."""
+    arguments = []
+    while not symbol.startswith("E", position):
+        if literal := _LITERAL.match(symbol, position):
+            kind, negative, digits = literal.groups()
+            arguments.append(("false", "true")[digits == "1"] if kind == "b" else "-" * bool(negative) + digits)
+            position = literal.end()
+        elif name := _SOURCE_NAME.match(symbol, position):
+            arguments.append(symbol[name.end():name.end() + int(name[1])])
+            position = name.end() + int(name[1])
+        else:
+            return None, position
+    return arguments, position + 1
+
+
+def register_summary(log: str) -> str:
+    """ptxas's registers, spills, stack frame, barriers and static shared memory per kernel function, from a
+    build log of `nvcc -Xptxas -v`; "" when the log has no such lines."""
+    functions: dict[str, dict] = {}
+    entry = properties = None
+    for line in log.splitlines():
+        if match := _PTXAS_ENTRY.search(line):
+            entry = match[1]
+            functions[entry] = {"arch": match[2]}
+        elif match := _PTXAS_PROPERTIES.search(line):
+            properties = match[1]
+        elif (match := _PTXAS_FRAME.search(line)) and entry is not None and properties == entry:
+            functions[entry].update(stack=match[1], stores=match[2], loads=match[3])
+        elif (match := _PTXAS_USED.search(line)) and entry is not None:
+            barriers = re.search(r"used (\d+) barriers", line)
+            smem = re.search(r"(\d+) bytes smem", line)
+            functions[entry].update(registers=match[1], barriers=barriers[1] if barriers else "-",
+                                    smem=smem[1] if smem else "0")
+    if not functions:
+        return ""
+    arches = ", ".join(sorted({f["arch"] for f in functions.values()}))
+    lines = [f"### Registers and spills per kernel function (ptxas, {arches})",
+             "function | registers | spill stores / loads (bytes) | stack frame (bytes) | barriers | "
+             "static smem (bytes)"]
+    for name, f in list(functions.items())[:FUNCTIONS_SHOWN]:
+        lines.append(f"{_demangle(name)} | {f.get('registers', '?')} | {f.get('stores', '?')} / "
+                     f"{f.get('loads', '?')} | {f.get('stack', '?')} | {f.get('barriers', '?')} | {f.get('smem', '?')}")
+    if len(functions) > FUNCTIONS_SHOWN:
+        lines.append(f"(and {len(functions) - FUNCTIONS_SHOWN} more functions)")
+    if TRIMMED_MARK in log:
+        lines.append("(the build log was cut in the middle: functions compiled there are missing)")
+    return "\n".join(lines) + "\n"
+
+
+def compiler_messages(log: str, source_name: str) -> str:
+    """The build log's warnings and notes (not ptxas's routine lines), capped, kernel names demangled."""
+    lines = [line for line in (show_source_paths(log, source_name) or "").splitlines()
+             if line.strip() and line.strip() != TRIMMED_MARK and not _PTXAS_ROUTINE.search(line)]
+    if not lines:
+        return ""
+    shown = [_MANGLED.sub(lambda m: _demangle(m[0]), line)[:MESSAGE_WIDTH] for line in lines[:MESSAGE_LINES]]
+    more = f"\n(and {len(lines) - MESSAGE_LINES} more lines)" if len(lines) > MESSAGE_LINES else ""
+    return "### Compiler messages\n```\n" + "\n".join(shown) + f"\n```{more}\n"
+
+
+def _knobs(parent: Parent) -> str:
+    """The parent's knob values, with the values each allows, and what a knob line means."""
+    try:
+        knobs, note = parse_knobs(parent.source), ""
+    except KnobError as error:
+        knobs, note = {}, f" (its knob lines cannot be read: {error})"
+    allowed = {name: knob.values for name, knob in knobs.items()}
+    values = parent.knobs or {name: knob.value for name, knob in knobs.items()}
+    meaning = ("A line `#define NAME value  // @knob a,b,c` is a knob: the search's knob operators (no LLM) set it to "
+               "each listed value and mix values between kernels; value must be one of the list. Keep knob lines in "
+               "this form; you may add knobs or change a list.")
+    if not values:
+        return f"### Its knobs\nnone{note}. {meaning}\n"
+    shown = ", ".join(f"{name}={value}" + (f" (of {','.join(allowed[name])})" if name in allowed else "")
+                      for name, value in values.items())
+    return f"### Its knobs{note}\n{shown}\n{meaning}\n"
+
+
+def _kernel_section(parent: Parent, task: Task, label: str, with_messages: bool = True) -> str:
+    fitness = (f"geomean speedup {parent.fitness:.3f} over {_reference(task, parent.report).over}"
+               if parent.fitness is not None else "no speedup (rejected or not evaluated)")
+    log = (parent.report or {}).get("build_log") or ""
+    registers = register_summary(log)
+    if task.language == "cuda" and not registers:
+        registers = "### Registers and spills\n(not known: the build log has no ptxas lines)\n"
+    messages = compiler_messages(log, "kernel" + LANGUAGES[task.language].extension) if with_messages else ""
+    return (f"## {label}: kernel #{parent.id}, {fitness}\n```{_fence(task.language)}\n"
+            f"{parent.source.rstrip()}\n```\n\n{_knobs(parent)}\n### Its results per scenario\n"
+            f"{results_table(parent.report, task)}\n" + (f"\n{registers}" if registers else "")
+            + (f"\n{messages}" if messages else ""))
 
 
 def _answer_format(language: str, propose_question: bool) -> str:
@@ -77,36 +313,38 @@ def _contract(task: Task) -> str:
     return f"## The contract (task {task.name}: {task.description})\n```c\n{task.header.read_text().rstrip()}\n```\n"
 
 
-def _frame(question: Question, trigger: str, body: str, task: Task, propose: bool) -> str:
+def _frame(question: Question, trigger: str, body: str, task: Task, report: dict | None, propose: bool) -> str:
     why = WHY_NOW.get(trigger, "")
+    reference = _reference(task, report).words
     return (f"# Question\n{question.text}\n\n" + (f"{why}\n\n" if why else "")
             + "You are improving a kernel that a harness builds, verifies on every scenario against a reference, "
-              "and times against the task's original kernel. Answer the question first; let the answer decide "
-              "the change.\n\n"
-            + body + "\n" + _contract(task) + "\n"
+              f"and times against {reference}. Answer the question first; let the answer decide the change.\n\n"
+            + _setting(task, report) + "\n" + body + "\n" + _contract(task) + "\n"
             + f"# The question again\n{question.text}\n\n" + _answer_format(task.language, propose))
 
 
 def mutation_prompt(parent: Parent, question: Question, trigger: str, task: Task,
                     propose_question: bool = False) -> str:
     """One parent and a question about it."""
-    lineage = f"## What was asked before on this line, and what came of it\n{parent.lineage.strip()}\n\n" \
-        if parent.lineage.strip() else ""
-    body = _kernel_section(parent, task.language, "The kernel") + "\n" + lineage
-    return _frame(question, trigger, body, task, propose_question)
+    over = _reference(task, parent.report).over
+    lineage = (f"## How this kernel came about, and what was tried from it (fitness: geomean speedup over {over})\n"
+               f"{parent.lineage.strip()}\n") if parent.lineage.strip() else ""
+    body = _kernel_section(parent, task, "The kernel") + "\n" + lineage
+    return _frame(question, trigger, body, task, parent.report, propose_question)
 
 
 def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
                      propose_question: bool = False) -> str:
     """Two parents and a question about their difference; the answer is one child (edits apply to the first)."""
-    body = (_kernel_section(first, task.language, "Kernel A") + "\n" + _kernel_section(second, task.language, "Kernel B")
+    body = (_kernel_section(first, task, "Kernel A") + "\n" + _kernel_section(second, task, "Kernel B")
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
-    return _frame(question, "crossover", body, task, propose_question)
+    return _frame(question, "crossover", body, task, first.report or second.report, propose_question)
 
 
 def repair_prompt(failing: Parent, question: Question, task: Task, error: str) -> str:
-    """A failing kernel, its compiler or verification error, and a question about the cause."""
-    body = (_kernel_section(failing, task.language, "The failing kernel")
+    """A failing kernel, its compiler or verification error, and a question about the cause (the error holds
+    the build log, so the kernel's section leaves out the compiler messages)."""
+    body = (_kernel_section(failing, task, "The failing kernel", with_messages=False)
             + f"\n### The error\n```\n{error.strip()[-4000:]}\n```\n"
             + "\nFix the cause of the error without giving up the kernel's design.\n")
-    return _frame(question, "repair", body, task, False)
+    return _frame(question, "repair", body, task, failing.report, False)

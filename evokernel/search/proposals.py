@@ -7,16 +7,20 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
-from evokernel.bank import Question
+from evokernel.bank import Question, configured_question_texts
 from evokernel.config import RunConfig
 from evokernel.harness import Task
 from evokernel.mutations import Context, Operator, Parent, operators
 from evokernel.population import Kernel
 from evokernel.store import Individual, Store
 
-LINEAGE_DEPTH = 4  # ancestors summarised for an operator
+LINEAGE_DEPTH = 8  # steps of a parent's first-parent line an operator is told of
+CHILDREN_SHOWN = 6  # children already made from a parent an operator is told of (the latest)
+KNOB_CHANGES_SHOWN = 4  # knob changes named per step
 
 
 @dataclass
@@ -59,18 +63,64 @@ def parent_view(store: Store, kernel: Kernel | Individual, source: str | None = 
 
 
 def lineage_summary(store: Store, kernel_id: int) -> str:
-    """Earlier steps on the first-parent line: operator, question and what came of them."""
-    lines, current = [], store.individual(kernel_id)
-    for _ in range(LINEAGE_DEPTH):
-        if not current.parent_ids:
-            break
+    """The kernel's gain history, oldest first (each step of its first-parent line: operator, question, knob
+    changes, fitness before and after), then the children already made from it and what came of them: an
+    answer then builds on what gained and does not repeat what was tried."""
+    texts = _question_texts(store)
+    kernel = current = store.individual(kernel_id)
+    steps: list[str] = []
+    while current.parent_ids and len(steps) < LINEAGE_DEPTH:
         parent = store.individual(current.parent_ids[0])
-        question = f" question {current.question_id}" if current.question_id else ""
-        outcome = (f"{parent.fitness:.3f} -> {current.fitness:.3f}" if current.fitness and parent.fitness
-                   else current.failure or current.status)
-        lines.append(f"#{current.id} from #{parent.id} by {current.operator}{question}: {outcome}")
+        steps.append(_step(current, parent, texts))
         current = parent
-    return "\n".join(reversed(lines))
+    steps.append("(earlier steps not shown)" if current.parent_ids
+                 else f"#{current.id} {current.operator}: {_fitness(current)}")
+    lines = list(reversed(steps))
+    children = [o.id for o in store.outcomes() if o.parent_ids[:1] == [kernel_id]]
+    if children:
+        shown = children[-CHILDREN_SHOWN:]
+        count = f"{len(children)}, the latest {len(shown)} shown" if len(children) > len(shown) else len(children)
+        lines.append(f"Already made from #{kernel_id} ({count}; latest last):")
+        lines += [_step(store.individual(child), kernel, texts) for child in shown]
+    return "\n".join(lines)
+
+
+def _fitness(kernel: Individual) -> str:
+    if kernel.status == "correct" and kernel.fitness is not None:
+        return f"{kernel.fitness:.3f}"
+    if kernel.status == "rejected":
+        return f"rejected ({(kernel.failure or 'no reason recorded').splitlines()[0][:160]})"
+    return "not evaluated yet"
+
+
+def _step(child: Individual, parent: Individual, texts: dict[str, str]) -> str:
+    """One step: `#child from #parent by operator, question, knob changes: fitness before -> after (gain)`."""
+    others = "".join(f" + #{other}" for other in child.parent_ids[1:])
+    question = ""
+    if child.question_id:
+        text = texts.get(child.question_id)
+        question = f', asked "{text}"' if text else f", question {child.question_id}"
+    changed = [f"{name} {parent.knobs.get(name, '-')} -> {value}" for name, value in child.knobs.items()
+               if parent.knobs.get(name) != value]
+    knobs = (f" ({', '.join(changed[:KNOB_CHANGES_SHOWN])}" + (", ..." if len(changed) > KNOB_CHANGES_SHOWN else "")
+             + ")") if changed else ""
+    outcome = f"{_fitness(parent)} -> {_fitness(child)}"
+    if child.status == "correct" and parent.status == "correct" and child.fitness and parent.fitness:
+        outcome += f" ({100 * (child.fitness / parent.fitness - 1):+.1f}%)"
+    return f"#{child.id} from #{parent.id}{others} by {child.operator}{question}{knobs}: {outcome}"
+
+
+@lru_cache(maxsize=None)
+def _configured_question_texts(run_dir: str) -> dict[str, str]:
+    return configured_question_texts([Path(run_dir)])
+
+
+def _question_texts(store: Store) -> dict[str, str]:
+    """Question texts by id: the banks the run was configured with (read once per run), the questions its
+    answers proposed and those people asked."""
+    return {**_configured_question_texts(str(store.run_dir)),
+            **{q["id"]: q["text"] for q in store.proposed_questions()},
+            **{q.question_id: q.text for q in store.human_questions()}}
 
 
 class OperatorContexts:

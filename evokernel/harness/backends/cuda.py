@@ -33,10 +33,14 @@ class Backend:
         self.slack_cycles = LAUNCH_SLACK_CYCLES
 
     def device_name(self) -> str:
-        """Model, the GPU's index on its host and the start of its UUID: results name the GPU that measured them."""
+        """Model, the GPU's index on its host and the start of its UUID (results name the GPU that measured
+        them), its architecture and SM count (a prompt tells them to whoever writes the next kernel)."""
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")[:8]
-        where = ", ".join(part for part in (f"GPU {visible or 0}", uuid and f"uuid {uuid}") if part)
+        properties = torch.cuda.get_device_properties(0)
+        uuid = str(getattr(properties, "uuid", "") or "")[:8]
+        where = ", ".join(part for part in (f"GPU {visible or 0}", uuid and f"uuid {uuid}",
+                                            f"sm_{properties.major}{properties.minor}",
+                                            f"{properties.multi_processor_count} SMs") if part)
         return f"{torch.cuda.get_device_name()} ({where})"
 
     def load(self, path, symbol: str, language):

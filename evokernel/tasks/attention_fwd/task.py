@@ -15,7 +15,7 @@ def _fa3_grid() -> tuple[Scenario, ...]:
     )
 
 
-def _sdpa(backend_name: str) -> Baseline:
+def _sdpa(backend_name: str, description: str) -> Baseline:
     """PyTorch SDPA with one backend forced; only what SDPA's causal mask means (seqlen_q == seqlen_k)."""
 
     def prepare(arrays: dict, s: Scenario) -> tuple:  # [b, s, h, d] -> [b, h, s, d], outside the timed region
@@ -29,7 +29,8 @@ def _sdpa(backend_name: str) -> Baseline:
             F.scaled_dot_product_attention(*prepared, is_causal=s.causal, scale=s.scale,
                                            enable_gqa=s.heads_q != s.heads_kv)
 
-    return Baseline(run, prepare, supports=lambda s: not (s.causal and s.seqlen_q != s.seqlen_k))
+    return Baseline(run, prepare, supports=lambda s: not (s.causal and s.seqlen_q != s.seqlen_k),
+                    description=description)
 
 
 class AttentionFwd(AttentionTask):
@@ -77,4 +78,5 @@ class AttentionFwd(AttentionTask):
         return {"o": torch_reference(arrays["q"], arrays["k"], arrays["v"], s, precise)}
 
     def baselines(self) -> dict[str, Baseline]:
-        return {"cudnn": _sdpa("CUDNN_ATTENTION"), "flash": _sdpa("FLASH_ATTENTION")}
+        return {"cudnn": _sdpa("CUDNN_ATTENTION", "cuDNN's fused attention, called through PyTorch SDPA"),
+                "flash": _sdpa("FLASH_ATTENTION", "FlashAttention-2 as built into PyTorch SDPA")}

@@ -1,0 +1,293 @@
+"""What a prompt tells whoever answers it, who sees nothing else: the device and the task's peak rates, the
+build command and limits, per-scenario rates and roofline fractions beside the speed reference's (named as
+such), registers and spills from ptxas, the knobs, and the kernel's gain history."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evokernel.bank import Question, question_text
+from evokernel.harness import get_task
+from evokernel.harness.build import build
+from evokernel.mutations import Parent
+from evokernel.mutations.prompts import (_demangle, compiler_messages, crossover_prompt, mutation_prompt,
+                                         register_summary, repair_prompt)
+from evokernel.search.proposals import CHILDREN_SHOWN, LINEAGE_DEPTH, lineage_summary, parent_view
+from evokernel.store import Individual, Store, normalized_hash, source_hash
+
+ROOT = Path(__file__).parents[1]
+GPU_TASK = get_task("attention-fwd")
+CPU_TASK = get_task("attention-fwd-cpu")
+QUESTION = Question(id="tensor-peak-fraction", text="What fraction of the tensor-core peak does the main loop reach?",
+                    triggers=["default"], layers=["compute"])
+# ptxas -v as nvcc 13 prints it for the FA2-style seed (one kernel spilling, as a changed kernel might; a device
+# function's own properties last)
+PTXAS_LOG = """\
+ptxas info    : 8 bytes gmem
+ptxas info    : Compiling entry function '_ZN7evk_fa215attn_fwd_kernelILi128ELi4ELi1ELi64ELi2ELb0ELb1EEEv20evk_attention_paramsfbiPfS2_' for 'sm_90a'
+ptxas info    : Function properties for _ZN7evk_fa215attn_fwd_kernelILi128ELi4ELi1ELi64ELi2ELb0ELb1EEEv20evk_attention_paramsfbiPfS2_
+    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 16 bytes smem
+ptxas info    : Compile time = 200.579 ms
+ptxas info    : (C7519) warpgroup.arrive is injected in around line 13886 by compiler to allow use of registers in GMMA in function '_ZN7evk_hop18attn_hopper_kernelILi256ELi80ELi2ELi2ELb1ELi24EEEv14CUtensorMap_stS1_S1_20evk_attention_paramsfii'
+ptxas info    : Compiling entry function '_ZN7evk_fa214combine_splitsILi128EEEvPKfS2_P13__nv_bfloat16li' for 'sm_90a'
+ptxas info    : Function properties for _ZN7evk_fa214combine_splitsILi128EEEvPKfS2_P13__nv_bfloat16li
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers
+ptxas info    : Compile time = 35.201 ms
+ptxas info    : Function properties for _ZN7evk_fa26helperEPf
+    16 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+"""
+
+
+def gpu_report(**changes) -> dict:
+    """A CheckReport of a Hopper kernel timed against cuDNN on two scenarios of fa3-2k (as measured on an H200)."""
+    report = {
+        "task": "attention-fwd", "kernel": "individual 51", "scenario_set": "fa3-2k", "correct": True,
+        "geomean_speedup": 1.0127, "failure": None, "speed_reference": "cudnn", "reference_reused": False,
+        "device": "NVIDIA H200 (GPU 0, uuid fb99adad, sm_90, 132 SMs)", "build_log": PTXAS_LOG,
+        "scenarios": [
+            {"name": "d64-b8-h32-s2048", "correct": True, "max_err": 0.0005, "tolerance": 0.0011,
+             "time_ms": 0.5501280, "original_time_ms": 0.5896960, "speedup": 1.0719, "spread": 0.0041},
+            {"name": "d128-b8-h16-s2048-causal", "correct": True, "max_err": 0.0056, "tolerance": 0.0147,
+             "time_ms": 0.2747200, "original_time_ms": 0.2714400, "speedup": 0.9881, "spread": 0.0052},
+        ]}
+    return {**report, **changes}
+
+
+def cpu_report(**changes) -> dict:
+    report = {
+        "task": "attention-fwd-cpu", "kernel": "k.c", "scenario_set": "quick", "correct": True,
+        "geomean_speedup": 1.15, "failure": None, "speed_reference": "original",
+        "device": "AMD EPYC (x86_64, avx2, fma, 2 cores)", "build_log": "",
+        "scenarios": [{"name": "d32-b1-h2-s48", "correct": True, "max_err": 1e-6, "tolerance": 4e-6,
+                       "time_ms": 0.2006, "original_time_ms": 0.2279, "speedup": 1.136, "spread": 0.232}]}
+    return {**report, **changes}
+
+
+def rows(prompt: str) -> dict[str, list[str]]:
+    """The results table's rows by scenario name, as cells."""
+    return {cells[0]: cells for line in prompt.splitlines()
+            if len(cells := [cell.strip() for cell in line.split(" | ")]) >= 10}
+
+
+def test_a_cuda_prompt_names_cudnn_and_gives_rates_and_roofline_fractions_beside_cudnns():
+    prompt = mutation_prompt(Parent(51, GPU_TASK.original.read_text(), 1.0127, report=gpu_report()), QUESTION,
+                             "default", GPU_TASK)
+    assert "times against cudnn (cuDNN's fused attention" in prompt
+    assert "kernel #51, geomean speedup 1.013 over cudnn" in prompt and "over the original" not in prompt
+    header, table = rows(prompt)["scenario"], rows(prompt)
+    assert header[5:9] == ["TFLOP/s", "% of roofline (bound)", "cudnn ms", "cudnn TFLOP/s"]
+    # 4 * b * h * d * s^2 FLOPs = 274.9 GFLOP in 0.5501 ms; the task's 1000 TFLOP/s would take 0.2749 ms
+    assert table["d64-b8-h32-s2048"][5:9] == ["499.7", "50.0% (compute)", "0.5897", "466.1"]
+    # causal: about half the pairs
+    assert table["d128-b8-h16-s2048-causal"][5:9] == ["500.5", "50.1% (compute)", "0.2714", "506.6"]
+    assert table["d64-b8-h32-s2048"][9] == "45%"  # max error / tolerance
+    assert "d64-b8-h32-s2048: batch=8, heads_q=32, heads_kv=32, seqlen_q=2048" in prompt
+    assert "- Device: NVIDIA H200 (GPU 0, uuid fb99adad, sm_90, 132 SMs)" in prompt
+    assert "1000 TFLOP/s, 5.0 TB/s" in prompt
+    build_line = next(line for line in prompt.splitlines() if line.startswith("- Build: `nvcc "))
+    assert "-Xptxas -v" in build_line and "cuda_bf16.h" in build_line and "-Xlinker" not in build_line
+    assert re.search(r"- Limits: compiling 180 s; a call of the kernel is stopped after 50 times", prompt)
+    # the question still opens and closes it; the contract and answer format stay
+    assert prompt.startswith(f"# Question\n{QUESTION.text}\n") and f"# The question again\n{QUESTION.text}" in prompt
+    assert "int evk_attention_fwd(" in prompt and "<<<<<<< SEARCH" in prompt
+
+
+def test_registers_and_spills_are_summarised_per_kernel_function_from_ptxas_lines():
+    prompt = mutation_prompt(Parent(51, GPU_TASK.original.read_text(), 1.0127, report=gpu_report()), QUESTION,
+                             "default", GPU_TASK)
+    assert "### Registers and spills per kernel function (ptxas, sm_90a)" in prompt
+    table = rows(prompt) | {line.split(" | ")[0]: line.split(" | ") for line in prompt.splitlines() if " | " in line}
+    assert table["evk_fa2::attn_fwd_kernel<128,4,1,64,2,false,true>"][1:] == ["255", "8 / 12", "24", "1", "16"]
+    assert table["evk_fa2::combine_splits<128>"][1:] == ["32", "0 / 0", "0", "0", "0"]
+    # ptxas's note is a compiler message, its kernel named as in the source; routine lines are not repeated
+    messages = prompt.split("### Compiler messages", 1)[1]
+    assert "function 'evk_hop::attn_hopper_kernel<256,80,2,2,true,24>'" in messages
+    assert "Compile time" not in messages and "bytes gmem" not in messages
+    without = mutation_prompt(Parent(51, GPU_TASK.original.read_text(), 1.0127, report=gpu_report(build_log="")),
+                              QUESTION, "default", GPU_TASK)
+    assert "(not known: the build log has no ptxas lines)" in without and "255" not in without
+
+
+def test_a_long_log_says_functions_are_missing_and_messages_are_capped():
+    log = PTXAS_LOG + "... [trimmed] ...\n" + "".join(f"kernel.cu(9): warning #177-D: variable x{n} unused\n"
+                                                     for n in range(30))
+    assert "(the build log was cut in the middle: functions compiled there are missing)" in register_summary(log)
+    messages = compiler_messages(log, "kernel.cu")
+    # ptxas's note and 11 warnings of 31 lines
+    assert "x10 unused" in messages and "x11 unused" not in messages and "(and 19 more lines)" in messages
+    assert "[trimmed]" not in messages
+    assert compiler_messages(PTXAS_LOG.replace("(C7519)", "").splitlines()[0], "kernel.cu") == ""
+
+
+def test_demangling_covers_templated_kernels_and_leaves_the_rest_alone():
+    assert _demangle("_Z8spillingILi96EEvPfPKf") == "spilling<96>"
+    assert _demangle("_ZN3ns26kernelILin3ELb1E13__nv_bfloat16EEvv") == "ns2::kernel<-3,true,__nv_bfloat16>"
+    assert _demangle("_ZN2ns6kernelEv") == "ns::kernel"
+    assert _demangle("attn_kernel") == "attn_kernel"  # extern "C"
+    assert _demangle("_Z6kernelIPfEvv") == "_Z6kernelIPfEvv"  # a pointer type argument: not this small form
+
+
+SPILLING = """#include "evk_attention.h"
+
+template <int N>
+__global__ void __launch_bounds__(1024, 2) spilling(float* out, const float* in) {
+  float acc[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = in[threadIdx.x * N + i];
+  for (int r = 0; r < 8; ++r) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] = acc[i] * acc[(i + r) % N] + 1.0f;
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) s += acc[i];
+  out[threadIdx.x] = s;
+}
+
+extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t stream) {
+  spilling<96><<<1, 32, 0, stream>>>((float*)p->o, (const float*)p->q);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_spilling_kernel_built_by_the_harness_shows_its_spills_also_from_the_build_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOKERNEL_CACHE", str(tmp_path))
+    first, again = (build(SPILLING, "cuda", GPU_TASK.header) for _ in range(2))
+    assert first.ok and again.cached and again.log == first.log, first.log
+    summary = register_summary(again.log)
+    [row] = [line for line in summary.splitlines() if line.startswith("spilling<96> | ")]
+    stores, loads = re.search(r"\| (\d+) / (\d+) \|", row).groups()
+    assert int(stores) > 0 and int(loads) > 0, summary
+
+
+def test_knob_values_and_what_a_knob_is_appear():
+    source = CPU_TASK.original.read_text()
+    prompt = mutation_prompt(Parent(3, source, 1.1, knobs={"BLOCK_Q": "4", "BLOCK_K": "8", "KEY_OUTER": "0",
+                                                           "THREADS": "1"}, report=cpu_report()),
+                             QUESTION, "default", CPU_TASK)
+    knobs = prompt.split("### Its knobs\n", 1)[1].split("\n", 2)
+    assert knobs[0] == ("BLOCK_Q=4 (of 1,2,4,8,16,32), BLOCK_K=8 (of 4,8,16,32,64), KEY_OUTER=0 (of 0,1), "
+                        "THREADS=1 (of 0,1,2,4)")
+    assert knobs[1].startswith("A line `#define NAME value  // @knob a,b,c` is a knob")
+    # a parent whose knobs were not recorded: the values its source sets
+    assert "BLOCK_Q=4 (of 1,2,4,8,16,32)" in mutation_prompt(Parent(3, source, 1.1, report=cpu_report()),
+                                                            QUESTION, "default", CPU_TASK)
+    none = mutation_prompt(Parent(3, "int x;\n", 1.1, report=cpu_report()), QUESTION, "default", CPU_TASK)
+    assert "### Its knobs\nnone. A line" in none
+    broken = mutation_prompt(Parent(3, "#define B 3 // @knob 1,2\n", 1.1, report=cpu_report()), QUESTION,
+                             "default", CPU_TASK)
+    assert "its knob lines cannot be read: line 1: knob B has default 3" in broken
+
+
+def add(store: Store, source: str, fitness: float | None, parents: list[int] | None = None, operator: str = "seed",
+        question_id: str | None = None, knobs: dict | None = None, status: str | None = None) -> int:
+    kernel_id = store.add_individual(Individual(operator=operator, source_hash=source_hash(source),
+                                                normalized_hash=normalized_hash(source), language="c",
+                                                parent_ids=parents or [], question_id=question_id,
+                                                knobs=knobs or {}), source)
+    store.update_individual(kernel_id, status=status or ("correct" if fitness is not None else "rejected"),
+                            fitness=fitness,
+                            failure=None if fitness is not None else "wrong result on d32-b1-h2-s48\nmore")
+    return kernel_id
+
+
+def test_the_gain_history_gives_each_steps_operator_question_knobs_and_fitness(tmp_path):
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0, knobs={"BLOCK_Q": "4", "BLOCK_K": "8"})
+        tuned = add(store, "int b;", 1.1, [seed], "knob-mutation", knobs={"BLOCK_Q": "8", "BLOCK_K": "8"})
+        store.add_proposed_question("q-own", "Does the key loop reload Q for every key block?", ["default"],
+                                    ["memory"], tuned)
+        asked = add(store, "int c;", 1.21, [tuned, seed], "question-crossover", "q-own",
+                    knobs={"BLOCK_Q": "8", "BLOCK_K": "8"})
+        add(store, "int d;", None, [asked], "question-mutation", "barrier-waits")
+        add(store, "int e;", None, [asked], "repair", status="pending")
+        store.update_individual(asked, report=cpu_report())
+        view = parent_view(store, store.individual(asked), "int c;")
+        prompt = mutation_prompt(view, QUESTION, "default", CPU_TASK)
+    assert view.lineage.splitlines() == [
+        "#1 seed: 1.000",
+        "#2 from #1 by knob-mutation (BLOCK_Q 4 -> 8): 1.000 -> 1.100 (+10.0%)",
+        '#3 from #2 + #1 by question-crossover, asked "Does the key loop reload Q for every key block?": '
+        "1.100 -> 1.210 (+10.0%)",
+        "Already made from #3 (2; latest last):",
+        f'#4 from #3 by question-mutation, asked "{question_text("barrier-waits")}": 1.210 -> rejected '
+        "(wrong result on d32-b1-h2-s48)",
+        "#5 from #3 by repair: 1.210 -> not evaluated yet"]
+    assert ("## How this kernel came about, and what was tried from it (fitness: geomean speedup over "
+            "the original kernel)\n#1 seed: 1.000\n") in prompt
+
+
+def test_a_long_line_shows_its_latest_steps_and_children(tmp_path):
+    with Store(tmp_path / "run", create=True) as store:
+        ids = [add(store, "int k0;", 1.0)]
+        for n in range(1, LINEAGE_DEPTH + 3):
+            ids.append(add(store, f"int k{n};", 1.0 + n / 100, [ids[-1]], "question-mutation", "unknown-question"))
+        children = [add(store, f"int c{n};", 1.0, [ids[-1]], "knob-mutation") for n in range(CHILDREN_SHOWN + 2)]
+        lines = lineage_summary(store, ids[-1]).splitlines()
+    assert lines[0] == "(earlier steps not shown)"
+    assert lines[LINEAGE_DEPTH] == (f"#{ids[-1]} from #{ids[-2]} by question-mutation, question unknown-question: "
+                                    "1.090 -> 1.100 (+0.9%)")
+    assert lines[LINEAGE_DEPTH + 1] == f"Already made from #{ids[-1]} ({CHILDREN_SHOWN + 2}, the latest " \
+                                       f"{CHILDREN_SHOWN} shown; latest last):"
+    assert [line.split()[0] for line in lines[LINEAGE_DEPTH + 2:]] == [f"#{c}" for c in children[2:]]
+
+
+def test_a_cpu_prompt_gives_gflops_the_compiler_flags_and_the_cpu():
+    prompt = mutation_prompt(Parent(1, CPU_TASK.original.read_text(), 1.15, report=cpu_report()), QUESTION,
+                             "default", CPU_TASK)
+    assert "- Device: AMD EPYC (x86_64, avx2, fma, 2 cores)" in prompt
+    assert "`gcc -O3 -march=native -fopenmp" in prompt and "2000 GFLOP/s, 1.0 TB/s" in prompt
+    assert "times against the task's original kernel" in prompt
+    assert "geomean speedup 1.150 over the original kernel" in prompt
+    # 4 * 1 * 2 * 32 * 48^2 = 589824 FLOPs in 0.2006 ms
+    assert rows(prompt)["d32-b1-h2-s48"][5:8] == ["2.9", "0.1% (compute)", "0.2279"]
+    assert "### Registers" not in prompt  # no ptxas for C
+
+
+def test_missing_data_is_said_briefly():
+    untimed = cpu_report(device=None, scenarios=[{"name": "d32-b1-h2-s48", "correct": True}])
+    prompt = mutation_prompt(Parent(1, CPU_TASK.original.read_text(), None, report=untimed), QUESTION, "default",
+                             CPU_TASK)
+    assert "- Device: not reported (no check of this kernel ran on it)." in prompt
+    assert "(no times in this report: the kernel was not timed)" in prompt
+    assert rows(prompt)["d32-b1-h2-s48"][2:10] == ["-"] * 8
+    fresh = mutation_prompt(Parent(1, GPU_TASK.original.read_text(), None), QUESTION, "default", GPU_TASK)
+    assert "(not evaluated yet)" in fresh and "times against the run's speed reference" in fresh
+    assert "no speedup (rejected or not evaluated)" in fresh
+    gone = cpu_report(scenarios=[{"name": "d7-gone", "correct": True, "time_ms": 1.0, "speedup": 1.0}])
+    assert rows(mutation_prompt(Parent(1, "int x;", 1.0, report=gone), QUESTION, "default", CPU_TASK))[
+        "d7-gone"][5:7] == ["-", "-"]
+
+
+def test_a_directory_task_memory_bound_against_a_library_without_a_description():
+    task = get_task(ROOT / "examples/tasks/rmsnorm")
+    report = {"task": "rmsnorm", "scenario_set": "models", "correct": True, "geomean_speedup": 1.5,
+              "speed_reference": "torch", "device": "NVIDIA H200 (GPU 0)",
+              "scenarios": [{"name": "r4096-h4096", "correct": True, "time_ms": 0.04, "original_time_ms": 0.06,
+                             "speedup": 1.5, "spread": 0.01, "max_err": 0.001, "tolerance": 0.004}]}
+    prompt = mutation_prompt(Parent(2, task.original.read_text(), 1.5, report=report), QUESTION, "default", task)
+    assert "times against torch. Answer" in prompt and "geomean speedup 1.500 over torch" in prompt
+    # 4 tensors of 4096 x 4096 bf16 and a 4096 weight: 134.2 MB at 5 TB/s is 0.02685 ms
+    assert rows(prompt)["r4096-h4096"][5:9] == ["1.7", "67.1% (memory)", "0.0600", "1.1"]
+    assert "r4096-h4096: rows=4096, hidden=4096" in prompt and "int evk_rmsnorm(" in prompt
+
+
+def test_crossover_and_repair_prompts_carry_the_same_facts():
+    a = Parent(1, GPU_TASK.original.read_text(), 1.0127, report=gpu_report())
+    b = Parent(2, GPU_TASK.original.read_text() + "// b\n", 0.9, report=gpu_report(build_log=""))
+    crossed = crossover_prompt(a, b, QUESTION, GPU_TASK)
+    assert crossed.count("times against cudnn") == 1 and crossed.count("| cudnn TFLOP/s |") == 2
+    assert "Kernel A: kernel #1, geomean speedup 1.013 over cudnn" in crossed and "sm_90, 132 SMs" in crossed
+    failing = gpu_report(correct=False, geomean_speedup=None, failure="candidate does not compile: error")
+    repaired = repair_prompt(Parent(3, "broken", None, report=failing), QUESTION, GPU_TASK, "kernel.cu(3): error: x")
+    assert "REJECTED: candidate does not compile" in repaired and "kernel.cu(3): error: x" in repaired
+    assert "### Compiler messages" not in repaired  # the error holds the log already
+    assert "### Registers and spills per kernel function" in repaired
