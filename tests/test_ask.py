@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from evokernel.cli import main
 from evokernel.harness import get_task
 from evokernel.search.human import HumanQuestions
-from evokernel.store import DB_NAME, Individual, Store, normalized_hash, open_readonly, source_hash
+from evokernel.store import DB_NAME, SCHEMA_VERSION, Individual, Store, normalized_hash, open_readonly, source_hash
 from evokernel.store.inbox import INBOX_NAME
 from fake_llm_server import FakeLLMServer
 
@@ -216,7 +216,7 @@ def test_a_run_recorded_before_people_could_ask_still_opens_and_takes_questions(
     assert code == 0 and "no question asked by a person" in out
     assert invoke("ask", run_dir, HUMAN)[0] == 0
     with Store(run_dir) as store:  # a writer (--resume) migrates it
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION
         human = HumanQuestions(run_dir, store, lambda line: None)
         human.poll()
         assert [q.text for q in human.waiting()] == [HUMAN]
