@@ -195,8 +195,9 @@ def _is_task_dir_spelling(task: str, base_dir: Path) -> bool:
     return task not in task_names() and (base_dir / task / "task.py").is_file()
 
 
-def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunConfig:
-    """Validate a config mapping; relative paths are taken from `base_dir`."""
+def parse_config(data: dict, source: str, base_dir: Path | None = None, resumed: bool = False) -> RunConfig:
+    """Validate a config mapping; relative paths are taken from `base_dir`. A resumed run's seeds are not
+    looked for (they were evaluated when it started, and the run may have moved to another machine)."""
     if not isinstance(data, dict):
         raise BadInput(f"{source}: expected a mapping of settings at the top level")
     task = data.get("task")
@@ -221,7 +222,7 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None) -> RunCo
         replayed = config.resources.replay_evaluations
         if replayed is not None and not replayed.is_absolute():
             config.resources.replay_evaluations = base_dir / replayed
-    for index, seed in enumerate(config.seeds):
+    for index, seed in enumerate([] if resumed else config.seeds):
         if not seed.is_file():
             raise BadInput(f"{source}: field 'seeds.{index}': file not found: {seed}")
     config.speed_reference = _speed_reference(config, source, base_dir)
@@ -248,9 +249,10 @@ def _speed_reference(config: RunConfig, source: str, base_dir: Path | None) -> s
     return str(path.resolve())
 
 
-def load_config(path: Path) -> RunConfig:
-    """Read and validate a YAML config file."""
+def load_config(path: Path, resumed: bool = False) -> RunConfig:
+    """Read and validate a YAML config file (`resumed`: a run directory's, see `parse_config`). Its relative
+    paths become absolute, so the copy a run keeps of it means the same from the run directory."""
     if not path.is_file():
         raise BadInput(f"config file not found: {path}")
     data = read_yaml(path)
-    return parse_config(data, str(path), path.parent)
+    return parse_config(data, str(path), path.parent.resolve(), resumed)

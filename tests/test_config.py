@@ -131,3 +131,22 @@ def test_a_misspelt_speed_reference_is_one_line_naming_the_field(tmp_path):
     assert load_config(tmp_path / "config.yaml").speed_reference == str((kernels / "ref.cu").resolve())
     (tmp_path / "config.yaml").write_text("task: attention-fwd\nspeed_reference: cudnn\n")
     assert load_config(tmp_path / "config.yaml").speed_reference == "cudnn"
+
+
+def test_a_run_keeps_absolute_seed_paths_and_resumes_without_its_seeds(tmp_path, monkeypatch):
+    """A config's relative seeds are kept absolute in the run's copy (resolved from the run directory they would
+    name another file), and a resumed run does not look for them (it may have moved to another machine)."""
+    project = tmp_path / "project"
+    (project / "kernels").mkdir(parents=True)
+    (project / "kernels" / "seed.c").write_text("// seed\n")
+    (project / "config.yaml").write_text("task: attention-fwd-cpu\nseeds: [kernels/seed.c]\n")
+    monkeypatch.chdir(tmp_path)
+    config = load_config(Path("project/config.yaml"))
+    assert config.seeds == [(project / "kernels" / "seed.c").resolve()]
+    run_copy = tmp_path / "run" / "config.yaml"
+    run_copy.parent.mkdir()
+    run_copy.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    (project / "kernels" / "seed.c").unlink()
+    with pytest.raises(BadInput, match="field 'seeds.0': file not found"):
+        load_config(run_copy)
+    assert load_config(run_copy, resumed=True).seeds == config.seeds

@@ -45,7 +45,7 @@ def _run_config(config_path: Path | None, resume: Path | None, model: str | None
     elif config_path is None:
         config_path = default_config_path()
         console.print(f"[dim]no CONFIG given: using the embedded default {config_path.name}[/]")
-    config = load_config(config_path)
+    config = load_config(config_path, resumed=resume is not None)
     data = config.model_dump(mode="json", by_alias=True)
     if model:
         data["llm"]["models"] = [{"model": model, "api_base": api_base}]
@@ -76,7 +76,7 @@ def _run_config(config_path: Path | None, resume: Path | None, model: str | None
     if usd is not None:
         data["budget"]["usd"] = given["--usd"] = usd
     try:
-        return parse_config(data, f"{config_path} (with command-line options)")
+        return parse_config(data, f"{config_path} (with command-line options)", resumed=resume is not None)
     except BadInput as exc:  # name the option rather than the config field it set
         for option, value in given.items():
             field = RUN_OVERRIDES[option]
