@@ -266,3 +266,35 @@ def test_bad_answers_are_one_line_errors_or_recorded_failures(tmp_path):
     assert reasons[second["id"]][0] == "failed" and "no code block" in reasons[second["id"]][1]
     late = evokernel("answer", str(run_dir), first["id"], "prose.md", cwd=tmp_path)
     assert late.returncode == 2 and "failed already" in late.stderr
+
+
+@pytest.mark.slow
+def test_new_prompts_wait_for_the_answers_children_and_withdrawn_prompts_are_replaced(tmp_path):
+    config = project(tmp_path, "files", 6, max_open_prompts=2)
+    assert evokernel("run", str(config), "--runs-dir", "runs", cwd=tmp_path).returncode == 0
+    [run_dir] = list((tmp_path / "runs").iterdir())
+    first = open_prompts(tmp_path, run_dir)
+    for prompt, new in zip(first, (8, 2)):
+        (tmp_path / "answer.md").write_text(edit(unroll_of(prompt["file"]), new))
+        assert evokernel("answer", str(run_dir), prompt["id"], "answer.md", cwd=tmp_path).returncode == 0
+    resumed = evokernel("run", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    with Store(run_dir, readonly=True) as store:
+        made = [row for row in store.individuals() if row.operator != "seed"]
+        later = [p for p in store.prompts() if p.status == "open"]
+    assert len(made) == 2 and len(later) == 2
+    # written once both answers' children were evaluated: they can be about them, and say how they did
+    assert min(p.created_at for p in later) >= max(row.finished_at for row in made)
+    refused = evokernel("prompts", str(run_dir), "--withdraw", "20200101T000000Z-abcdef", cwd=tmp_path)
+    assert refused.returncode == 2 and "not an open prompt" in refused.stderr
+    withdrawn = evokernel("prompts", str(run_dir), "--withdraw", "open", "--by", "tester", cwd=tmp_path)
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    again = evokernel("answer", str(run_dir), later[0].id, "answer.md", cwd=tmp_path)
+    assert again.returncode == 2 and "already has an answer" in again.stderr
+    resumed = evokernel("run", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0 and "withdrawn by tester" in resumed.stdout, resumed.stdout[-3000:]
+    with Store(run_dir, readonly=True) as store:
+        statuses = {p.id: p.status for p in store.prompts()}
+        assert len(store.individuals()) == 3  # a withdrawn prompt makes no child
+    assert all(statuses[p.id] == "withdrawn" for p in later)
+    assert sum(status == "open" for status in statuses.values()) == 2  # their places went to new prompts

@@ -20,13 +20,20 @@ from evokernel.errors import BadInput
 @click.command()
 @click.argument("run")
 @click.option("--all", "show_all", is_flag=True, help="Also the prompts already answered (or whose answer failed).")
+@click.option("--withdraw", "withdrawn", multiple=True, metavar="ID|open",
+              help="Withdraw an open prompt (repeatable; 'open': every open prompt): it gets no answer and its place "
+                   "goes to a new prompt about the kernels as they are then.")
+@click.option("--by", "withdrawn_by", help="Who withdraws (with --withdraw).")
 @json_flag
-def prompts(run: str, show_all: bool, as_json: bool) -> None:
+def prompts(run: str, show_all: bool, withdrawn: tuple[str, ...], withdrawn_by: str | None, as_json: bool) -> None:
     """List RUN's prompts that wait for an answer (model `files`): answer one with `evokernel answer`, or by
     writing RUN/answers/ID.md. RUN is a run directory, a run id under ./runs, or 'latest'."""
     from evokernel.output import Column, print_json, print_table
     from evokernel.store import prompt_box
 
+    if withdrawn:
+        _withdraw(run, withdrawn, withdrawn_by)
+        return
     with open_run(run) as lin:
         rows = [p for p in lin.store.prompts() if show_all or p.status == "open"]
         given = prompt_box.answer_files(lin.run_dir)
@@ -46,6 +53,23 @@ def prompts(run: str, show_all: bool, as_json: bool) -> None:
                   f"#{e['child_id']}" if e["child_id"] else (e["reason"] or "-"), e["file"]] for e in entries]
         print_table(console, [Column("id", no_wrap=True), "status", "written", "operator", "question", "trigger",
                               "parents", "by", "child", "prompt file"], table, title=f"prompts of {lin.name}")
+
+
+def _withdraw(run: str, ids: tuple[str, ...], withdrawn_by: str | None) -> None:
+    """File a withdrawal for each prompt (as an answer file, so a prompt gets an answer or a withdrawal, not both)."""
+    from evokernel.store import prompt_box
+
+    with open_run(run) as lin:
+        open_ids = [p.id for p in lin.store.prompts("open")]
+        wanted = open_ids if "open" in ids else list(dict.fromkeys(ids))
+        for prompt_id in wanted:
+            if prompt_id not in open_ids:
+                raise BadInput(f"--withdraw {prompt_id}: not an open prompt of run {lin.name}")
+        run_dir = lin.run_dir
+    for prompt_id in wanted:
+        prompt_box.write_answer(run_dir, prompt_id, prompt_box.WITHDRAWN, withdrawn_by)
+    console.print(f"withdrew {len(wanted)} prompt(s) of {run_dir}: the driver closes them (a stopped run: at its "
+                  "next --resume)", soft_wrap=True, highlight=False)
 
 
 @click.command()

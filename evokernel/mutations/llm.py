@@ -355,11 +355,16 @@ class LLMClient:
                                "or skip this check with --no-llm-check") from None
 
     # -- the files model ------------------------------------------------------------------------
+    @property
+    def files_only(self) -> bool:
+        """Whether every model is the files model (questions then wait for people or agents)."""
+        return all(is_files(m.model) for m in all_models(self.config))
+
     def prompt_room(self, asking: int = 0, store=None) -> bool:
         """Whether another question may be asked now, with `asking` questions already being asked: False only
         when every model is `files` and the open prompts would reach `llm.max_open_prompts` (another model
         takes the question otherwise)."""
-        if not all(is_files(m.model) for m in all_models(self.config)):
+        if not self.files_only:
             return True
         store = store if store is not None else self.store
         return len(store.prompts("open")) + asking < self.config.max_open_prompts

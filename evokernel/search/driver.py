@@ -38,7 +38,7 @@ from evokernel.search.proposals import Job, OperatorContexts, configured_operato
 from evokernel.search import retime
 from evokernel.search.interrupts import interrupt, signals_deferred
 from evokernel.search.stats import SearchResult, SearchStats, failure_kind, proposal_failure_kind
-from evokernel.store import Individual, ProposalFailure, normalized_hash
+from evokernel.store import Individual, ProposalFailure, normalized_hash, prompt_box
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
@@ -96,6 +96,7 @@ class Search:
         self.human = HumanQuestions(self.run_dir, self.store, self.notify)
         self.answers = FileAnswers(self.run_dir, self.store, self.notify)
         self.idle_since: float | None = None  # since when only open prompts of the files model are left
+        self.answered_unevaluated: set[int] = set()  # children of the files model's answers, not yet evaluated
         # asks people's questions; None when this session has no question operators (no model)
         self.human_operator: Operator | None = (
             (self.ops.get("question-mutation") or operators()["question-mutation"].factory(config))
@@ -147,6 +148,8 @@ class Search:
             elif row.status in ("pending", "running"):
                 self.store.update_individual(row.id, status="pending", started_at=None)
                 self.queue.append(_Queued(row.id, self.store.source(row), None))
+                if (row.model or "").startswith("files"):
+                    self.answered_unevaluated.add(row.id)
             elif row.status == "rejected":
                 self.stats.failures[failure_kind(row.failure)] += 1
             self._note_seed(row)
@@ -306,9 +309,11 @@ class Search:
     # -- answers to the files model's prompts -------------------------------------------------------
     def _prompt_room(self, asking: int) -> bool:
         """Whether the question operators may ask now, `asking` questions being asked (not when only the files
-        model answers and its open prompts would pass llm.max_open_prompts)."""
+        model answers and its open prompts would pass llm.max_open_prompts, or an answer's child waits)."""
         client = self.services.get("llm")
-        return client is None or client.prompt_room(asking, self.store)
+        # no prompt while an answer's child waits for its evaluation: the next prompts are about evaluated kernels
+        return client is None or (client.prompt_room(asking, self.store)
+                                  and not (self.answered_unevaluated and client.files_only))
 
     def _take_answers(self) -> bool:
         """Take the answers given to open prompts: each becomes a child (or a recorded failure) in the
@@ -317,6 +322,10 @@ class Search:
             return False  # a session without a model: its answers wait for one that has
         given = self.answers.poll()
         for answer in given:
+            if answer.text == prompt_box.WITHDRAWN:
+                self.store.close_prompt(answer.prompt.id, "withdrawn", answer.answered_by)
+                self.notify(f"prompt {answer.prompt.id} withdrawn by {answer.answered_by or 'a person'}")
+                continue
             job = self.answers.job(answer.prompt)
             with self.store.transaction():
                 outcome = self.answers.outcome(answer, self.services["llm"])
@@ -328,6 +337,8 @@ class Search:
                     kernel = self.store.find_duplicate(normalized_hash(outcome.source))
                     self.store.close_prompt(answer.prompt.id, "answered", answer.answered_by, outcome.llm_call_id,
                                             child_id=kernel.id if kernel else None)
+                    if kernel is not None and kernel.status == "pending":
+                        self.answered_unevaluated.add(kernel.id)
         return bool(given)
 
     def _await_answers(self) -> bool:
@@ -398,6 +409,7 @@ class Search:
             self.stats.last = f"#{key}: suspicious gain ({report.get('geomean_speedup'):.3f}), re-checking"
             return
         self.store.record_result(key, report, worker=worker, started_at=row.started_at or started_at)
+        self.answered_unevaluated.discard(key)
         row = self.store.individual(key)
         self.monitor.observe(key, parent_fitness, row.fitness, self.proposals.pop(key, None))
         self.stats.evaluations += 1

@@ -23,6 +23,7 @@ PROMPTS_DIR = "prompts"
 ANSWERS_DIR = "answers"
 SET_ASIDE_SUFFIX = ".unused"  # an answer file for no open prompt of this run: renamed, kept for a person
 ANSWERED_BY = re.compile(r"\A<!-- answered by: (.*?) -->\n")
+WITHDRAWN = "<!-- withdrawn -->\n"  # an answer file that withdraws its prompt (`evokernel prompts --withdraw`)
 PROMPT_ID = re.compile(r"\A\d{8}T\d{6}Z-[0-9a-f]{6}\Z")
 
 
@@ -88,7 +89,8 @@ def write_answer(run_dir: Path, prompt_id: str, text: str, answered_by: str | No
 
 
 def read_answer(path: Path) -> tuple[str, str | None]:
-    """An answer file's text and who answered (from `--by`); UnicodeDecodeError when it is not UTF-8."""
+    """An answer file's text (WITHDRAWN for a withdrawal) and who answered (from `--by`); UnicodeDecodeError when
+    it is not UTF-8."""
     text = path.read_bytes().decode("utf-8")
     match = ANSWERED_BY.match(text)
     return (text[match.end():], match.group(1)) if match else (text, None)

@@ -151,13 +151,13 @@ class ProposalFailure:
         return cls(**data)
 
 
-PROMPT_STATUSES = ("open", "answered", "failed")
+PROMPT_STATUSES = ("open", "answered", "failed", "withdrawn")
 
 
 @dataclass
 class OpenPrompt:
     """A prompt of the `files` model (RUN/prompts/ID.md): open until an answer (RUN/answers/ID.md) is taken;
-    then `answered` (with the child it made) or `failed` (with the reason)."""
+    then `answered` (with the child it made), `failed` (with the reason) or `withdrawn` (by a person: no child)."""
 
     id: str
     operator: str
