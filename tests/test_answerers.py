@@ -46,12 +46,12 @@ def evokernel(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.Com
                           text=True, timeout=300, input=stdin)
 
 
-def project(tmp_path: Path, model: str, evaluations: int, **llm) -> Path:
+def project(tmp_path: Path, model: str, evaluations: int, repair: float = 0, **llm) -> Path:
     """A user's folder: a task directory of their own and a config of question operators only."""
     shutil.copytree(EXAMPLE, tmp_path / "mytask")
     config = {"task": "mytask", "scenarios": "quick", "population_size": 2, "trials": 1,
               "operators": {"knob-mutation": 0, "knob-crossover": 0, "question-mutation": 1,
-                            "question-crossover": 0, "repair": 0},
+                            "question-crossover": 0, "repair": repair},
               "llm": {"models": [{"model": model}], **llm}, "budget": {"evaluations": evaluations},
               "resources": {"evaluator": "local"}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
@@ -298,3 +298,20 @@ def test_new_prompts_wait_for_the_answers_children_and_withdrawn_prompts_are_rep
         assert len(store.individuals()) == 3  # a withdrawn prompt makes no child
     assert all(statuses[p.id] == "withdrawn" for p in later)
     assert sum(status == "open" for status in statuses.values()) == 2  # their places went to new prompts
+
+
+@pytest.mark.slow
+def test_a_child_rejected_in_an_earlier_session_gets_its_repair_prompt(tmp_path):
+    config = project(tmp_path, "files", 2, repair=1, max_open_prompts=1)
+    assert evokernel("run", str(config), "--runs-dir", "runs", cwd=tmp_path).returncode == 0
+    [run_dir] = list((tmp_path / "runs").iterdir())
+    [prompt] = open_prompts(tmp_path, run_dir)
+    (tmp_path / "answer.md").write_text(edit(unroll_of(prompt["file"]), "4 +"))  # does not compile
+    assert evokernel("answer", str(run_dir), prompt["id"], "answer.md", cwd=tmp_path).returncode == 0
+    ended = evokernel("run", "--resume", str(run_dir), cwd=tmp_path)  # the child is rejected; the budget is spent
+    assert ended.returncode == 0, ended.stdout[-3000:] + ended.stderr[-2000:]
+    [child] = children(run_dir)
+    assert child.status == "rejected" and not open_prompts(tmp_path, run_dir)
+    resumed = evokernel("run", "--resume", str(run_dir), "--budget", "4", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert [(p["operator"], p["parent_ids"]) for p in open_prompts(tmp_path, run_dir)] == [("repair", [child.id])]

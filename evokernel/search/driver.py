@@ -141,6 +141,8 @@ class Search:
     def _restore(self) -> None:
         """Load the store: known kernels, the population of correct ones, what is left to evaluate."""
         earlier = self.store.individuals()
+        repairing = ({row.parent_ids[0] for row in earlier if row.operator == "repair" and row.parent_ids}
+                     | {p.parent_ids[0] for p in self.store.prompts("open") if p.operator == "repair" and p.parent_ids})
         for row in earlier:
             self.known.add(row.normalized_hash)
             if row.status == "correct":
@@ -152,6 +154,8 @@ class Search:
                     self.answered_unevaluated.add(row.id)
             elif row.status == "rejected":
                 self.stats.failures[failure_kind(row.failure)] += 1
+                if "repair" in self.ops and row.operator in llm_operator_names() and row.id not in repairing:
+                    self.repairs.append(row)  # rejected in an earlier session, before a repair was proposed
             self._note_seed(row)
         self.stats.evaluations = sum(1 for row in earlier if row.status in ("correct", "rejected"))
         self.human.restore()
