@@ -77,21 +77,24 @@ def test_policy_prefers_questions_that_paid_and_honours_the_trigger(tmp_path):
 
 
 def test_bank_stats_over_runs(tmp_path):
-    first = make_run(tmp_path / "a", [("barrier-waits", 1.2), ("barrier-waits", None), ("between-tiles", 0.9)])
+    first = make_run(tmp_path / "a", [("barrier-waits", 1.2), ("barrier-waits", None), ("between-tiles", 0.9),
+                                      ("barrier-waits", 1.25)])
     second = make_run(tmp_path / "b", [("barrier-waits", 1.5)], seed_fitness=1.0)
     frame = questions_over_runs([first, second]).set_index("question_id")
-    assert frame.loc["barrier-waits", ["asked", "correct", "better"]].tolist() == [3, 2, 2]
-    assert frame.loc["barrier-waits", "mean_gain"] == pytest.approx((0.2 + 0.5) / 2)
+    assert frame.loc["barrier-waits", ["asked", "correct", "better"]].tolist() == [4, 3, 3]
+    assert frame.loc["barrier-waits", "mean_gain"] == pytest.approx((0.2 + 0.25 + 0.5) / 3)
+    assert frame.loc["barrier-waits", "median_gain"] == pytest.approx(0.25)  # over both runs' children
     assert frame.loc["between-tiles", ["asked", "correct", "better"]].tolist() == [1, 1, 0]
     assert frame.loc["between-tiles", "mean_gain"] == pytest.approx(-0.1)
     result = CliRunner().invoke(main, ["bank", "stats", str(first), str(second)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if "barrier-waits" in line)
-    assert line.split("\t")[1:5] == ["3", "2", "2", "+35.0%"]  # piped: tab-separated, one line per question
-    assert result.output.splitlines()[0].split("\t") == ["question", "asked", "correct", "better", "mean gain", "text"]
+    assert line.split("\t")[1:6] == ["4", "3", "3", "+31.7%", "+25.0%"]  # piped: tab-separated, one line per question
+    assert result.output.splitlines()[0].split("\t") == ["question", "asked", "correct", "better", "mean gain",
+                                                          "median gain", "text"]
     as_json = CliRunner().invoke(main, ["bank", "stats", str(first), str(second), "--json"])
     rows = {row["question_id"]: row for row in json.loads(as_json.output)}
-    assert (rows["barrier-waits"]["asked"], rows["between-tiles"]["mean_gain"]) == (3, pytest.approx(-0.1))
+    assert (rows["barrier-waits"]["asked"], rows["between-tiles"]["mean_gain"]) == (4, pytest.approx(-0.1))
 
 
 def test_bank_stats_with_nothing_asked_says_so_in_one_line(tmp_path):

@@ -90,7 +90,8 @@ def bank_lint(bank_dirs: tuple[Path, ...], builtin: bool) -> None:
 @click.argument("runs", nargs=-1, required=True)
 @json_flag
 def bank_stats(runs: tuple[str, ...], as_json: bool) -> None:
-    """Per question over RUNS (run directories or ids): times asked, children correct, better than parent, mean gain."""
+    """Per question over RUNS (run directories or ids): times asked, children correct, better than parent, mean and
+    median gain."""
     from evokernel.lineage.statistics import questions_over_runs
     from evokernel.output import Column, print_json, print_table
     from evokernel.store import resolve_run
@@ -105,11 +106,12 @@ def bank_stats(runs: tuple[str, ...], as_json: bool) -> None:
         return
     rows = []
     for row in frame.itertuples(index=False):
-        gain = "-" if row.mean_gain is None or row.mean_gain != row.mean_gain else f"{100 * row.mean_gain:+.1f}%"
-        rows.append([row.question_id, str(row.asked), str(row.correct), str(row.better), gain,
+        gains = ["-" if gain is None or gain != gain else f"{100 * gain:+.1f}%" for gain in (row.mean_gain, row.median_gain)]
+        rows.append([row.question_id, str(row.asked), str(row.correct), str(row.better), *gains,
                      row.text if isinstance(row.text, str) else ""])
     print_table(console, [Column("question", no_wrap=True), *(Column(c, right=True) for c in
-                                                                ("asked", "correct", "better", "mean gain")), "text"],
+                                                                ("asked", "correct", "better", "mean gain",
+                                                                 "median gain")), "text"],
                 rows, title=f"questions asked in {len(runs)} run(s)")
 
 

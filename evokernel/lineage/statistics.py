@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections import Counter, defaultdict
+import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,9 +63,10 @@ def best_over_evaluations(run: Lineage) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["evaluation", "id", "status", "fitness", "best", "best_id"])
 
 
-def question_stats(run: Lineage) -> pd.DataFrame:
-    """Per question id: asked (children plus answered LLM calls that gave none; attempts that got no
-    answer, such as rate-limited retries, are not counted), correct, improved, mean gain."""
+def _question_rows(run: Lineage) -> dict[str, dict]:
+    """Per question id: asked (children plus answered LLM calls that gave none; attempts that got no answer,
+    such as rate-limited retries, are not counted), correct, improved, and the gains (child over best parent)
+    of its children whose gain is known."""
     stats: dict[str, dict] = {}
 
     def entry(qid: str) -> dict:
@@ -85,14 +87,25 @@ def question_stats(run: Lineage) -> pd.DataFrame:
     for call in run.store.llm_calls():
         if call["question_id"] and call["id"] not in used_calls and call["response"] is not None:
             entry(call["question_id"])["asked"] += 1
+    return stats
+
+
+def _gain_summary(gains: list[float]) -> dict[str, float | None]:
+    """Mean, median and best gain (minus one) of a question's children; None without any."""
+    if not gains:
+        return {"mean_gain": None, "median_gain": None, "best_gain": None}
+    return {"mean_gain": sum(gains) / len(gains) - 1, "median_gain": statistics.median(gains) - 1,
+            "best_gain": max(gains) - 1}
+
+
+def question_stats(run: Lineage) -> pd.DataFrame:
+    """Per question id: asked, correct, improved, mean, median and best gain (see `_question_rows`)."""
     rows = []
-    for row in stats.values():
-        gains = row.pop("gains")
-        row["mean_gain"] = sum(gains) / len(gains) - 1 if gains else None
-        row["best_gain"] = max(gains) - 1 if gains else None
+    for row in _question_rows(run).values():
+        row.update(_gain_summary(row.pop("gains")))
         row["text"] = run.question_text(row["question_id"]) or ""  # empty when unknown
         rows.append(row)
-    columns = ["question_id", "asked", "correct", "improved", "mean_gain", "best_gain", "text"]
+    columns = ["question_id", "asked", "correct", "improved", "mean_gain", "median_gain", "best_gain", "text"]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values(["improved", "asked", "question_id"], ascending=[False, False, True],
                              ignore_index=True)
@@ -100,31 +113,27 @@ def question_stats(run: Lineage) -> pd.DataFrame:
 
 def questions_over_runs(run_dirs: list[Path]) -> pd.DataFrame:
     """Per question over all `run_dirs`: times asked, children correct, children better than their
-    parent, and the mean gain (child over best parent, minus one) of the children whose gain is known."""
+    parent, and the mean and median gain (child over best parent, minus one) of the children whose gain is known."""
     from evokernel.bank import configured_question_texts
 
     totals: dict[str, dict] = {}
     for run_dir in run_dirs:
         with Lineage(Path(run_dir)) as run:
-            frame = question_stats(run)
-            measured = defaultdict(int)
-            for ind in run.individuals.values():
-                if ind.question_id and run.gain(ind) is not None:
-                    measured[ind.question_id] += 1
-            for row in frame.itertuples(index=False):
-                total = totals.setdefault(row.question_id, {"question_id": row.question_id, "asked": 0, "correct": 0,
-                                                            "better": 0, "gain_sum": 0.0, "gain_n": 0, "text": None})
-                total["asked"] += int(row.asked)
-                total["correct"] += int(row.correct)
-                total["better"] += int(row.improved)
-                if row.mean_gain is not None and not pd.isna(row.mean_gain):
-                    total["gain_sum"] += row.mean_gain * measured[row.question_id]
-                    total["gain_n"] += measured[row.question_id]
-                total["text"] = total["text"] or row.text
+            for row in _question_rows(run).values():
+                total = totals.setdefault(row["question_id"], {"question_id": row["question_id"], "asked": 0,
+                                                               "correct": 0, "better": 0, "gains": [], "text": None})
+                total["asked"] += row["asked"]
+                total["correct"] += row["correct"]
+                total["better"] += row["improved"]
+                total["gains"] += row["gains"]
+                total["text"] = total["text"] or run.question_text(row["question_id"])
     texts = configured_question_texts(run_dirs)
-    rows = [{**t, "mean_gain": t["gain_sum"] / t["gain_n"] if t["gain_n"] else None,
-             "text": t["text"] or texts.get(t["question_id"])} for t in totals.values()]
-    frame = pd.DataFrame(rows, columns=["question_id", "asked", "correct", "better", "mean_gain", "text"])
+    rows = []
+    for total in totals.values():
+        summary = _gain_summary(total.pop("gains"))
+        rows.append({**total, "mean_gain": summary["mean_gain"], "median_gain": summary["median_gain"],
+                     "text": total["text"] or texts.get(total["question_id"])})
+    frame = pd.DataFrame(rows, columns=["question_id", "asked", "correct", "better", "mean_gain", "median_gain", "text"])
     return frame.sort_values(["better", "asked", "question_id"], ascending=[False, False, True], ignore_index=True)
 
 
