@@ -25,7 +25,7 @@ from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
 from evokernel.mutations.knobs import KnobError, parse_knobs
 
-PROMPT_VERSION = 2  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 3  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -114,7 +114,9 @@ def results_table(report: dict | None, task: Task) -> str:
                  f"same computation done plainly in {task.dtype}, + {task.tolerance_floor:g}.")
     if any(s.get("time_ms") for s in results):
         lines.append(f"speedup = {short} time / this kernel's time; times are medians of timed calls, each after a "
-                     "cache flush, on new input values; spread = interquartile range / median; "
+                     "cache flush, on new input values (within a scenario every timed call gets the same buffers, "
+                     "at the same addresses, with their values changed and the outputs poisoned before the call; "
+                     "a scenario's verification calls get new buffers); spread = interquartile range / median; "
                      f"{unit} = the task's useful FLOPs / time; % of roofline = the least time the task's peak rates "
                      "allow for the scenario's FLOPs and bytes / time."
                      + (f" The {short} times were reused from an earlier check on this device."

@@ -34,13 +34,18 @@ class Backend:
 
     def device_name(self) -> str:
         """Model, the GPU's index on its host and the start of its UUID (results name the GPU that measured
-        them), its architecture and SM count (a prompt tells them to whoever writes the next kernel)."""
+        them), its architecture, SM count, L2 size and shared memory per SM (a prompt tells them to whoever
+        writes the next kernel; a property this torch does not report is left out)."""
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
         properties = torch.cuda.get_device_properties(0)
         uuid = str(getattr(properties, "uuid", "") or "")[:8]
+        l2_bytes = getattr(properties, "L2_cache_size", 0)
+        smem_bytes = getattr(properties, "shared_memory_per_multiprocessor", 0)
         where = ", ".join(part for part in (f"GPU {visible or 0}", uuid and f"uuid {uuid}",
                                             f"sm_{properties.major}{properties.minor}",
-                                            f"{properties.multi_processor_count} SMs") if part)
+                                            f"{properties.multi_processor_count} SMs",
+                                            l2_bytes and f"{l2_bytes / 2**20:g} MiB L2",
+                                            smem_bytes and f"{smem_bytes // 1024} KiB shared memory per SM") if part)
         return f"{torch.cuda.get_device_name()} ({where})"
 
     def load(self, path, symbol: str, language):
