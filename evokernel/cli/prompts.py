@@ -99,7 +99,8 @@ def answer(run: str, prompt_id: str, answer_file: str, answered_by: str | None) 
             parse_answer(text, lin.store.source(parent))
         except ProposalFailed as exc:
             raise BadInput(f"{answer_file}: {exc} (an answer is a whole kernel in a fenced block, or SEARCH/REPLACE "
-                           "edits of the prompt's kernel)") from None
+                           "edits of the prompt's kernel; one that changes nothing says so plainly, e.g. 'it cannot be "
+                           "made faster')") from None
         run_dir = lin.run_dir
     try:
         path = prompt_box.write_answer(run_dir, prompt_id, text, answered_by)
