@@ -367,7 +367,7 @@ class LLMClient:
         if not self.files_only:
             return True
         store = store if store is not None else self.store
-        return len(store.prompts("open")) + asking < self.config.max_open_prompts
+        return store.open_prompt_count() + asking < self.config.max_open_prompts
 
     def _post(self, prompt: str, key: str, trigger: str | None, meta: dict, store) -> AnswerPending:
         """Write the prompt for a person or an agent to answer (RUN/prompts/ID.md and the prompts table)."""
@@ -436,7 +436,7 @@ class LLMClient:
         for model in order:
             key = keys[model.model]
             if is_files(model.model):
-                if len(store.prompts("open")) < self.config.max_open_prompts:
+                if store.open_prompt_count() < self.config.max_open_prompts:
                     raise self._post(prompt, key, trigger, meta, store)
                 last_error = f"files: {self.config.max_open_prompts} prompts already wait for answers"
                 continue

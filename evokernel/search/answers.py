@@ -42,12 +42,9 @@ class FileAnswers:
         self.last_poll = -math.inf
         self.poll_interval_s = POLL_INTERVAL_S
 
-    def open_prompts(self) -> list[OpenPrompt]:
-        return self.store.prompts("open")
-
     def restore(self) -> None:
         """Rewrite the file of an open prompt whose writer was killed between its row and its file."""
-        for prompt in self.open_prompts():
+        for prompt in self.store.prompts("open"):
             if not prompt_box.prompt_path(self.run_dir, prompt.id).is_file():
                 prompt_box.write_prompt(self.run_dir, prompt)
 
@@ -60,13 +57,13 @@ class FileAnswers:
         files = prompt_box.answer_files(self.run_dir)
         if not files:
             return []
+        statuses = self.store.prompt_statuses()
         given = []
         for prompt_id, path in sorted(files.items()):
-            prompt = self.store.prompt(prompt_id)
-            if prompt is None:
+            if prompt_id not in statuses:
                 self._set_aside(path)
-            elif prompt.status == "open":
-                given.append(self._read(prompt, path))
+            elif statuses[prompt_id] == "open":
+                given.append(self._read(self.store.prompt(prompt_id), path))
         return given
 
     def _read(self, prompt: OpenPrompt, path: Path) -> GivenAnswer:

@@ -348,22 +348,22 @@ class Search:
     def _await_answers(self) -> bool:
         """With nothing else to do but open prompts: wait for their answers up to llm.answer_wait_s (True:
         go on looping); else say where they are and stop."""
-        waiting = self.answers.open_prompts() if "llm" in self.services else []
+        waiting = self.store.open_prompt_count() if "llm" in self.services else 0
         budget = self.config.budget.evaluations
         if not waiting:
             return False
         if self.halted or (budget is not None and self.stats.evaluations >= budget):
-            self.notify(f"{len(waiting)} prompts still wait for answers (evokernel prompts {self.run_dir}): "
+            self.notify(f"{waiting} prompts still wait for answers (evokernel prompts {self.run_dir}): "
                         "a --resume takes the answers given meanwhile")
             return False
         now = time.monotonic()
         self.idle_since = self.idle_since or now
         if now - self.idle_since < self.config.llm.answer_wait_s:
-            self.stats.last = f"waiting for answers to {len(waiting)} prompts (evokernel prompts {self.run_dir})"
+            self.stats.last = f"waiting for answers to {waiting} prompts (evokernel prompts {self.run_dir})"
             time.sleep(min(0.5, self.answers.poll_interval_s))
             return True
         self.stop_reason = self.stop_reason or (
-            f"{len(waiting)} prompts wait for answers: answer them (evokernel prompts {self.run_dir}; "
+            f"{waiting} prompts wait for answers: answer them (evokernel prompts {self.run_dir}; "
             f"evokernel answer {self.run_dir} ID FILE) and continue with evokernel run --resume {self.run_dir}")
         return False
 

@@ -277,6 +277,17 @@ class Store:
             query, args = query + " WHERE status = ?", (status,)
         return [OpenPrompt.from_row(row) for row in self.db.execute(query + " ORDER BY created_at, id", args)]
 
+    def prompt_statuses(self) -> dict[str, str]:
+        """Each prompt's status by id, without the prompt texts (read every second by a running driver)."""
+        if "prompts" not in self.tables():
+            return {}
+        return {row[0]: row[1] for row in self.db.execute("SELECT id, status FROM prompts")}
+
+    def open_prompt_count(self) -> int:
+        if "prompts" not in self.tables():
+            return 0
+        return self.db.execute("SELECT COUNT(*) FROM prompts WHERE status = 'open'").fetchone()[0]
+
     def prompt(self, prompt_id: str) -> OpenPrompt | None:
         if "prompts" not in self.tables():
             return None

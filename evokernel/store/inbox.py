@@ -30,17 +30,23 @@ def new_request_id(asked_at: float) -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def post(run_dir: Path, question: HumanQuestion) -> Path:
-    """Queue a request for the run's driver; returns the file (which appears in one step)."""
-    inbox = Path(run_dir) / INBOX_NAME
-    inbox.mkdir(exist_ok=True)
-    path = inbox / f"{question.id}.json"
-    partial = inbox / f".{question.id}.partial"
-    with open(partial, "w") as handle:
-        json.dump({name: value for name, value in asdict(question).items() if name in QUEUED_FIELDS}, handle)
+def write_partial(path: Path, text: str) -> Path:
+    """`text` written and synced under a hidden name beside `path` that no other writer (process or thread, on
+    any node) takes; the caller puts it in place in one step (rename, or link where the name must be new)."""
+    path.parent.mkdir(exist_ok=True)
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
+    with open(partial, "w", encoding="utf-8") as handle:
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(partial, path)
+    return partial
+
+
+def post(run_dir: Path, question: HumanQuestion) -> Path:
+    """Queue a request for the run's driver; returns the file (which appears in one step)."""
+    path = Path(run_dir) / INBOX_NAME / f"{question.id}.json"
+    queued_fields = {name: value for name, value in asdict(question).items() if name in QUEUED_FIELDS}
+    os.replace(write_partial(path, json.dumps(queued_fields)), path)
     return path
 
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from pathlib import Path
 
 from evokernel.errors import BadInput
-from evokernel.store.inbox import new_request_id
+from evokernel.store.inbox import new_request_id, write_partial
 from evokernel.store.records import OpenPrompt
 
 PROMPTS_DIR = "prompts"
@@ -39,21 +38,6 @@ def answer_path(run_dir: Path, prompt_id: str) -> Path:
     return Path(run_dir) / ANSWERS_DIR / f"{prompt_id}.md"
 
 
-def _partial(path: Path) -> Path:
-    """A hidden name beside `path` that no other writer (process or thread, on any node) takes."""
-    return path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
-
-
-def _write_whole(path: Path, text: str) -> None:
-    path.parent.mkdir(exist_ok=True)
-    partial = _partial(path)
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
-
-
 def prompt_header(run_dir: Path, prompt: OpenPrompt) -> str:
     """What an answerer needs besides the prompt: which run, which prompt, where the answer goes."""
     parents = ", ".join(f"#{p}" for p in prompt.parent_ids) or "-"
@@ -65,20 +49,15 @@ def prompt_header(run_dir: Path, prompt: OpenPrompt) -> str:
 
 def write_prompt(run_dir: Path, prompt: OpenPrompt) -> Path:
     path = prompt_path(run_dir, prompt.id)
-    _write_whole(path, prompt_header(run_dir, prompt) + prompt.prompt)
+    os.replace(write_partial(path, prompt_header(run_dir, prompt) + prompt.prompt), path)
     return path
 
 
 def write_answer(run_dir: Path, prompt_id: str, text: str, answered_by: str | None = None) -> Path:
     """Put an answer in place in one step; BadInput when the prompt already has one (given at the same time)."""
     path = answer_path(run_dir, prompt_id)
-    path.parent.mkdir(exist_ok=True)
-    partial = _partial(path)
     header = f"<!-- answered by: {' '.join(answered_by.split())} -->\n" if answered_by else ""
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(header + text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    partial = write_partial(path, header + text)
     try:
         os.link(partial, path)
     except FileExistsError:
