@@ -208,7 +208,8 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None, resumed:
     except ValidationError as exc:
         error = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise BadInput(f"{source}: field '{_field_path(error['loc'])}': {error['msg']}{more}") from None
+        message = str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+        raise BadInput(f"{source}: field '{_field_path(error['loc'])}': {message}{more}") from None
     except BadInput as exc:
         raise BadInput(f"{source}: field 'task'/'scenarios': {exc}") from None
     if base_dir is not None:

@@ -26,7 +26,8 @@ def parse_duration(text: str) -> float:
 
 # command-line override -> (config field it sets, as parse_config names it)
 RUN_OVERRIDES = {"--scenarios": "scenarios", "--seed": "random_seed", "--population": "population_size",
-                 "--wall-time": "budget.wall_time_s", "--usd": "budget.usd", "--budget": "budget.evaluations"}
+                 "--wall-time": "budget.wall_time_s", "--usd": "budget.usd", "--budget": "budget.evaluations",
+                 "--model": "llm.models.0"}
 
 
 def _run_config(config_path: Path | None, resume: Path | None, model: str | None, api_base: str | None,
@@ -47,8 +48,10 @@ def _run_config(config_path: Path | None, resume: Path | None, model: str | None
         console.print(f"[dim]no CONFIG given: using the embedded default {config_path.name}[/]")
     config = load_config(config_path, resumed=resume is not None)
     data = config.model_dump(mode="json", by_alias=True)
+    given = {}
     if model:
         data["llm"]["models"] = [{"model": model, "api_base": api_base}]
+        given["--model"] = model
     elif api_base:
         if not data["llm"]["models"]:
             raise BadInput("--api-base needs a model (--model, or llm.models in the config)")
@@ -59,7 +62,6 @@ def _run_config(config_path: Path | None, resume: Path | None, model: str | None
                                           ("--seed", random_seed)) if value is not None]
         if fixed:
             raise BadInput(f"{', '.join(fixed)}: a resumed run keeps its own (only budgets and models may change)")
-    given = {}
     if budget is not None:
         data["budget"]["evaluations"] = given["--budget"] = budget
     if address is not None:
