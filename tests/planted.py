@@ -18,6 +18,9 @@ class Cheat:
     design_item: str  # the line of DESIGN.md's list it plants
     expected: str  # a fragment of the rejection reason
     edit: Callable[[str], str]
+    # where the harness never gives it what it exploits (e.g. the same buffers twice), the kernel computes
+    # every call and may pass, gaining nothing
+    may_gain_nothing: bool = False
 
 
 def replace_once(old: str, new: str) -> Callable[[str], str]:
@@ -118,7 +121,7 @@ int evk_attention_fwd(const evk_attention_params* p) {
   last_q = p->q; last_o = p->o;
   return honest_fwd(p);
 }
-""")),
+"""), may_gain_nothing=True),
 ]
 
 CUDA = Entry('extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t stream) {',

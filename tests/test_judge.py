@@ -4,6 +4,7 @@ way a kernel that writes into the harness channel could, must be rejected for th
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -90,8 +91,10 @@ def test_calls_cannot_report_more_time_than_the_parent_saw(honest):
         if message.data["type"] == "call" and message.data["kernel"] == "reference":
             message.data["ms"] *= 1000
 
-    report = verdict(tampered(outcome, slow_reference), request)
+    in_process = dataclasses.replace(request, runner=False)  # a worker that loads the candidate itself (CUDA)
+    report = verdict(tampered(outcome, slow_reference), in_process)
     assert not report.correct and "of wall time" in report.failure
+    assert verdict(tampered(outcome, slow_reference), request).correct  # with runners its clock is the figure
 
 
 def test_a_reported_gain_the_clock_did_not_see_is_refused_where_the_clock_is_quiet(honest):
@@ -110,13 +113,13 @@ def test_a_reported_gain_the_clock_did_not_see_is_refused_where_the_clock_is_qui
     forged = tampered(outcome, faster_candidate)
     for index, message in enumerate(forged.messages):
         message.arrived += index * 0.006  # 6 ms between messages: room for the reported 5 ms
-    report = verdict(forged, request, quiet_clock)
+    report = verdict(forged, dataclasses.replace(request, runner=False), quiet_clock)
     assert not report.correct and "the wall clock cannot support" in report.failure
 
 
 def test_a_time_below_the_roofline_is_rejected(honest):
     outcome, request, _ = honest
-    floors = dict(request, floors_ms=[1e9] * len(request["floors_ms"]))
+    floors = dataclasses.replace(request, floors_ms=[1e9] * len(request.floors_ms))
     report = verdict(outcome, floors)
     assert not report.correct and "faster than the roofline allows" in report.failure
 
@@ -169,15 +172,15 @@ def test_a_worker_may_not_skip_the_interleaved_timing_its_screening_called_for(s
     """The worker decides from its own (untrusted) process whether to confirm; the parent applies the same
     rule to the times it accepted, so a screened-only report above the threshold is refused."""
     outcome, request, report = screened
-    demanding = {**request, "confirm_above": report.geomean_speedup * 0.9}
+    demanding = dataclasses.replace(request, confirm_above=report.geomean_speedup * 0.9)
     refused = verdict(outcome, demanding)
     assert not refused.correct and "that timing is missing" in refused.failure
-    lenient = {**request, "confirm_above": report.geomean_speedup * 1.1}
+    lenient = dataclasses.replace(request, confirm_above=report.geomean_speedup * 1.1)
     assert verdict(outcome, lenient).correct
 
 
 def test_screened_calls_count_only_against_reused_times(screened):
     """Screening calls (the candidate alone) in a check that reused nothing give no speedup."""
     outcome, request, _ = screened
-    report = verdict(outcome, {**request, "reference_ms": None})
+    report = verdict(outcome, dataclasses.replace(request, reference_ms=None))
     assert not report.correct and "no timed calls of the candidate" in report.failure

@@ -9,9 +9,11 @@ from pathlib import Path
 
 from evokernel.errors import BadInput
 from evokernel.harness import guard
-from evokernel.harness.build import BuildResult, build, show_source_paths
+from evokernel.harness.build import BuildResult, build, cache_home, show_source_paths
 from evokernel.harness.judge import judge
+from evokernel.harness.protocol import CheckRequest
 from evokernel.harness.report import CheckReport
+from evokernel.harness.runner import build_runner
 from evokernel.harness.sandbox import isolation
 from evokernel.harness.supervisor import run_worker
 from evokernel.harness.task import Task
@@ -58,6 +60,7 @@ TIMING_BUDGET_MS = {"cpu": 400.0, "cuda": 3000.0}  # per scenario; slow kernels 
 # step may take before the next message (otherwise LIMIT_FACTOR x the original's time on this machine).
 START_LIMIT_S = {"cpu": 60.0, "cuda": 120.0}
 MIN_STEP_LIMIT_S = {"cpu": 10.0, "cuda": 30.0}
+RUNNER_BACKENDS = {"cpu"}  # where kernels run in a runner process beside the worker, never inside it
 
 
 def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | None, str | None]:
@@ -129,27 +132,28 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     kernels = {"candidate": candidate.library, "original": original.library}
     if speed_library is not None:
         kernels["speed_reference"] = speed_library
-    request = {
-        "backend": task.backend, "task": str(task.directory), "speed_reference": speed,
-        "baselines": list(task.library_baselines) if options.baselines else [],
-        "scenarios": [asdict(s) for s in scenarios], "seed": seed, "trials": options.trials,
-        "rounds": options.rounds or DEFAULT_ROUNDS[task.backend], "warmup": options.warmup,
-        "timing_budget_ms": None if options.rounds else TIMING_BUDGET_MS[task.backend],
-        "keep_going": options.keep_going, "time": options.time_kernels,
-        "tolerance": {"factor": task.tolerance_factor, "floor": task.tolerance_floor},
-        "floors_ms": [task.roofline_floor_ms(s) for s in scenarios], "min_limit_s": MIN_STEP_LIMIT_S[task.backend],
-    }
+    request = CheckRequest(
+        backend=task.backend, task=str(task.directory), speed_reference=speed,
+        baselines=list(task.library_baselines) if options.baselines else [],
+        scenarios=[asdict(s) for s in scenarios], seed=seed, trials=options.trials,
+        rounds=options.rounds or DEFAULT_ROUNDS[task.backend], warmup=options.warmup,
+        timing_budget_ms=None if options.rounds else TIMING_BUDGET_MS[task.backend],
+        keep_going=options.keep_going, time=options.time_kernels,
+        tolerance={"factor": task.tolerance_factor, "floor": task.tolerance_floor},
+        floors_ms=[task.roofline_floor_ms(s) for s in scenarios], min_limit_s=MIN_STEP_LIMIT_S[task.backend],
+        confirm_above=options.confirm_above, runner=task.backend in RUNNER_BACKENDS,
+    )
     reference_key = (str(task.directory), options.scenario_set, options.speed_reference,
                      os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-    request["reference_ms"] = _reusable_reference_ms(reference_key, options)
-    request["confirm_above"] = options.confirm_above
+    request.reference_ms = _reusable_reference_ms(reference_key, options)
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
                          START_LIMIT_S[task.backend], devices=task.backend == "cuda", keep_warm=options.warm_worker,
-                         task_dir=task.directory)
+                         task_dir=task.directory,
+                         runner=build_runner(cache_home()) if request.runner else None)
     report.check_seconds = round(time.perf_counter() - started, 3)
     judge(report, outcome, task, scenarios, request)
     medians = [s.original_time_ms for s in report.scenarios]
-    if report.correct and request["time"] and not report.reference_reused and all(ms and ms > 0 for ms in medians):
+    if report.correct and request.time and not report.reference_reused and all(ms and ms > 0 for ms in medians):
         _REFERENCE_TIMES[reference_key] = (time.time(), medians)
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})
     # worker start: process start, runtime import (torch), device context, loading the kernels

@@ -1,7 +1,9 @@
-"""The parent's verdict: a report built from the worker's messages, trusting none of them on their word.
+"""The parent's verdict: a report built from the worker's messages, checked against what the parent can
+derive itself.
 
-The worker runs candidate code in its own address space, so anything it sends may be forged. The
-parent therefore derives every figure itself and cross-checks what it cannot derive:
+Where kernels run in runner processes (`request.runner`), the worker never loads candidate code and its
+clock is the figure; the checks below stay as a second line. Where the worker loads the candidate itself
+(CUDA today), anything it sends may be forged, and the parent's own clock must support its times too:
 - the inputs of every trial and timed call follow from the seed (it regenerates them, with `values`);
   the sampled output elements of one trial and one timed call per scenario, chosen here after the fact
   with randomness the worker never sees, are recomputed in float64 with the task's `reference_at` and
@@ -25,7 +27,8 @@ from evokernel.harness import values
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
 from evokernel.harness.supervisor import WorkerOutcome
 from evokernel.harness.task import Task, sampled_elements
-from evokernel.harness.worker import FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, call_phase, must_confirm, timing_call
+from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, MAX_BATCH, PHASE_CALLS, CheckRequest, call_phase,
+                                        must_confirm, timing_call, well_formed)
 
 # (absolute, relative) by dtype: sampled elements must match the parent's own values this closely (a
 # forgery check; the worker's bound on the error against the reference is the real correctness check)
@@ -46,26 +49,9 @@ class Forged(Refused):
     """The worker's report does not hold up against what the parent can check itself."""
 
 
-# The fields each kind of message must carry, with their types: anything else is a corrupted channel.
-NUMBER = (int, float)
-MESSAGE_FIELDS: dict[str, dict[str, type | tuple]] = {
-    "hello": {"device": str}, "step": {"text": str, "limit_s": NUMBER}, "done": {"seconds": dict},
-    "error": {"error": str}, "rejected": {"index": int, "error": str}, "verified": {"index": int},
-    "trial": {"index": int, "call": int, "rows": dict}, "full-check": {"index": int, "call": int},
-    "call": {"index": int, "call": int, "kernel": str, "ms": NUMBER, "offsets": list},
-}
-
-
-def _well_formed(data: dict, scenario_count: int) -> bool:
-    fields = MESSAGE_FIELDS.get(data["type"])
-    if fields is None or not all(isinstance(data.get(name), kind) for name, kind in fields.items()):
-        return False
-    return "index" not in fields or 0 <= data["index"] < scenario_count
-
-
-def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: list, request: dict) -> None:
+def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: list, request: CheckRequest) -> None:
     """Fill `report` (scenarios, correctness, speedups) from `outcome`."""
-    if not all(_well_formed(m.data, len(scenarios)) for m in outcome.messages):
+    if not all(well_formed(m.data, len(scenarios)) for m in outcome.messages):
         report.reject("corrupted the harness channel (a message that is not a worker message)")
         return
     by_type: dict[str, list] = defaultdict(list)
@@ -107,9 +93,9 @@ def judge(report: CheckReport, outcome: WorkerOutcome, task: Task, scenarios: li
         report.reject(failure)
         return
     report.correct = True
-    if request["time"]:
+    if request.time:
         report.geomean_speedup = geomean([s.speedup for s in results])
-        for name in request["baselines"]:
+        for name in request.baselines:
             report.baseline_geomeans[name] = geomean([
                 s.baselines_ms[name] / s.time_ms for s in results if s.baselines_ms.get(name) and s.time_ms])
 
@@ -142,21 +128,24 @@ def _regenerated(task: Task, scenario, seed: int, distribution: str, offsets: tu
     return task.reference_at(scenario, sampled_elements(task, scenario, seed, offsets), fetch)
 
 
-def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scenarios: list, request: dict) -> set[str]:
+def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scenarios: list, request: CheckRequest) -> set[str]:
     """Check what the worker reported against the parent's own references and clock; returns the timing
     phases the scenarios' times came from."""
     chooser = random.SystemRandom()  # the worker cannot know which messages are checked
-    seed = request["seed"]
+    seed = request.seed
     trials = defaultdict(list)
     for message in by_type["trial"]:
         trials[message.data["index"]].append(message.data)
     calls = defaultdict(list)
     for message in by_type["call"] + by_type["full-check"]:
         calls[message.data["index"]].append(message)
+    overheads = defaultdict(list)
+    for message in by_type["overhead"]:
+        overheads[message.data["index"], message.data["phase"]].append(message.data["ms"])
     phases = []
     for index, scenario in enumerate(scenarios):
         got = trials[index]
-        if sorted(t["call"] for t in got) != list(range(request["trials"])):
+        if sorted(t["call"] for t in got) != list(range(request.trials)):
             raise Forged(f"{scenario.name}: trials {[t['call'] for t in got]} reported")
         trial = chooser.choice(got)
         call = trial["call"]
@@ -166,8 +155,9 @@ def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scena
         if not _rows_match(trial["rows"], reference, task.dtype):
             raise Forged(f"{scenario.name}: sampled outputs of verification trial {call + 1} do not match the "
                          "parent's own reference")
-        if request["time"]:
-            phases.append(_check_timing(results[index], scenario, index, calls[index], task, request, chooser))
+        if request.time:
+            phases.append(_check_timing(results[index], scenario, index, calls[index], overheads, task, request,
+                                        chooser))
     if set(phases) == {"screening"} and must_confirm([r.time_ms for r in results], request):
         raise Forged("the candidate's screened times called for timing it interleaved with the speed reference, "
                      "and that timing is missing")
@@ -176,17 +166,18 @@ def _cross_check(results: list[ScenarioResult], by_type: dict, task: Task, scena
     return set(phases)
 
 
-def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, task: Task,
-                  request: dict, chooser: random.Random) -> str:
+def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, overheads: dict, task: Task,
+                  request: CheckRequest, chooser: random.Random) -> str:
     """Check one scenario's timed calls and fill its times; returns the timing phase they came from (the
-    re-timing below the roofline, else the interleaved timing, else the screening against reused times)."""
+    re-timing below the roofline, else the interleaved timing, else the screening against reused times).
+    A call's time is its share of its request less the same share of the median empty round trip."""
     by_phase = defaultdict(list)  # calls and full-check markers, in order of arrival
     for message in sorted(messages, key=lambda m: m.arrived):
         by_phase[call_phase(message.data["call"])].append(message)
     phase = next((p for p in ("re-timing", "timing", "screening") if by_phase[p]), None)
     if None in by_phase:
         raise Forged(f"{scenario.name}: timed call {by_phase[None][0].data['call']} does not follow the protocol")
-    if phase is None or (phase == "screening" and not request.get("reference_ms")):
+    if phase is None or (phase == "screening" and not request.reference_ms):
         raise Forged(f"{scenario.name}: no timed calls of the candidate reported")
     sequence, retimed = by_phase[phase], phase == "re-timing"
     batch = [m for m in sequence if m.data["type"] == "call"]
@@ -195,10 +186,13 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
     kernels = list(dict.fromkeys(m.data["kernel"] for m in batch))
     if not batch or kernels[0] != "candidate" or (phase == "screening" and kernels != ["candidate"]):
         raise Forged(f"{scenario.name}: no timed calls of the candidate reported")
-    rounds = len(batch) // len(kernels)
-    if rounds < min(5, request["rounds"]) or rounds > request["rounds"] or rounds * len(kernels) != len(batch):
+    rounds = len(batch) // len(kernels)  # calls of each kernel
+    size = batch[0].data["batch"]  # calls per request
+    if not 1 <= size <= MAX_BATCH or any(m.data["batch"] != size for m in batch) or rounds % size \
+            or rounds < min(5, request.rounds) * size or rounds > request.rounds * size \
+            or rounds * len(kernels) != len(batch):
         raise Forged(f"{scenario.name}: {len(batch)} timed calls of {len(kernels)} kernels reported")
-    base_seed = values.mix(request["seed"], index, PHASE_CALLS[phase] - 1)
+    base_seed = values.mix(request.seed, index, PHASE_CALLS[phase] - 1)
     offsets = values.call_offsets([(t.shape, t.roll_axis) for t in task.inputs(scenario)], base_seed, len(batch))
     for message in batch:
         data = message.data
@@ -210,22 +204,24 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
     candidate_calls = [m.data for m in batch if m.data["kernel"] == "candidate"]
     if len({c["call"] for c in candidate_calls}) != rounds:
         raise Forged(f"{scenario.name}: timed calls repeated")
-    sample = chooser.choice(candidate_calls)
+    sample = chooser.choice([c for c in candidate_calls if c.get("rows") is not None] or candidate_calls)
     reference = _regenerated(task, scenario, base_seed, "normal", tuple(sample["offsets"]))
     if not _rows_match(sample["rows"], reference, task.dtype):
         raise Forged(f"{scenario.name}: sampled outputs of a timed call do not match the parent's own reference")
-    times = {k: [m.data["ms"] for m in batch if m.data["kernel"] == k] for k in kernels}
-    _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])
+    overhead = float(np.median(overheads[index, phase])) if overheads[index, phase] else 0.0
+    times = {k: [max(m.data["ms"] - overhead / size, 1e-9) for m in batch if m.data["kernel"] == k] for k in kernels}
+    if not request.runner:  # the worker's clock is not the candidate's to set, nor its messages' arrival
+        _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])
     result.time_ms = float(np.median(times["candidate"]))
     result.original_time_ms = (float(np.median(times["reference"])) if "reference" in times
-                               else request["reference_ms"][index] if phase == "screening" else None)
+                               else request.reference_ms[index] if phase == "screening" else None)
     q1, q3 = np.percentile(times["candidate"], [25, 75])
     result.spread = float((q3 - q1) / result.time_ms)
     result.baselines_ms = {name: (float(np.median(times[name])) if name in times else None)
-                           for name in request["baselines"]}
+                           for name in request.baselines}
     if result.time_ms and result.original_time_ms:
         result.speedup = result.original_time_ms / result.time_ms
-    floor = request["floors_ms"][index]
+    floor = request.floors_ms[index]
     if result.time_ms < floor:
         result.suspicious, result.correct = True, False
         result.error = (f"faster than the roofline allows ({result.time_ms:.4g} ms against a floor of {floor:.4g} ms"

@@ -51,7 +51,7 @@ def _nvcc_command(source: Path, include_dir: Path, output: Path) -> list[str]:
 
 def _cc_command(source: Path, include_dir: Path, output: Path) -> list[str]:
     return [os.environ.get("CC", "gcc"), "-O3", "-march=native", "-fopenmp", "-std=c11", "-shared", "-fPIC",
-            "-Wall", "-I", str(include_dir), "-o", str(output), str(source)]
+            "-Wall", "-I", str(include_dir), "-o", str(output), str(source), "-lm"]
 
 
 @dataclass(frozen=True)

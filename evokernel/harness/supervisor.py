@@ -7,6 +7,7 @@ the whole run within its backstop) and ended with everything it started. The iso
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import queue
@@ -25,6 +26,8 @@ from pathlib import Path
 from evokernel.harness import jit_cache
 from evokernel.harness.sandbox import (SCRATCH, Isolation, bwrap_command, clean_environment, isolation, limit_files,
                                        python_paths)
+from evokernel.harness.protocol import CheckRequest
+from evokernel.harness.runner import BINARY_NAME as RUNNER_NAME
 from evokernel.harness.task import BUILT_SPEED_REFERENCES
 
 MEMORY_POLL_S = 0.05
@@ -215,10 +218,10 @@ def warm_jit_cache(key: tuple[str, bool, Path], warm: dict, limit_s: float) -> N
         warmer.discard()
 
 
-def _warm_up(request: dict) -> dict | None:
+def _warm_up(request: CheckRequest) -> dict | None:
     """What a worker waiting for a check like `request` calls ahead: its speed reference on its scenarios."""
-    return ({"speed_reference": request["speed_reference"], "scenarios": request["scenarios"]}
-            if request.get("time", True) else None)
+    return ({"speed_reference": request.speed_reference, "scenarios": request.scenarios}
+            if request.time else None)
 
 
 @atexit.register
@@ -227,13 +230,14 @@ def _discard_warm() -> None:
         _WARM.popitem()[1].discard()
 
 
-def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
-               start_limit_s: float, devices: bool, task_dir: Path, keep_warm: bool = False) -> WorkerOutcome:
+def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
+               start_limit_s: float, devices: bool, task_dir: Path, keep_warm: bool = False,
+               runner: Path | None = None) -> WorkerOutcome:
     """Run `python -m evokernel.harness.worker` on `request` in the sandbox; never raises for a bad kernel.
 
     The request goes in on stdin; the worker answers with JSON lines on a pipe. Built kernels are
     copied into a read-only directory (`kernels` maps a name to a built object; the worker finds them
-    by name); the task's directory `task_dir` is readable, read-only. Each message may set `limit_s`, the
+    by name), with the kernel runner `runner` where the backend runs kernels in one; the task's directory `task_dir` is readable, read-only. Each message may set `limit_s`, the
     time until the next message must arrive; the first one must arrive within `start_limit_s`; `timeout_s`
     bounds the whole run.
 
@@ -242,7 +246,7 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
     and makes its device context once this check's worker has ended, so that no start-up touches the
     device while a call is timed; each worker still serves one candidate only.
     """
-    key = (request["backend"], devices, Path(task_dir))
+    key = (request.backend, devices, Path(task_dir))
     warm = _warm_up(request)
     if keep_warm and devices and warm and warm["speed_reference"] not in BUILT_SPEED_REFERENCES:
         warm_jit_cache(key, warm, start_limit_s)  # a library's code, compiled once for the search
@@ -257,10 +261,13 @@ def run_worker(request: dict, kernels: dict[str, Path], timeout_s: float, memory
         for name, path in kernels.items():
             shutil.copyfile(path, worker.library / f"{name}.so")
             (worker.library / f"{name}.so").chmod(0o555)
-        request = {**request, "library": str(worker.inside_library), "self_destruct_s": timeout_s + 10}
+        if runner is not None:
+            shutil.copyfile(runner, worker.library / RUNNER_NAME)
+            (worker.library / RUNNER_NAME).chmod(0o555)
+        request = dataclasses.replace(request, library=str(worker.inside_library), self_destruct_s=timeout_s + 10)
         started = time.perf_counter()
         try:
-            worker.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            worker.proc.stdin.write(request.to_json().encode() + b"\n")
             worker.proc.stdin.close()
         except BrokenPipeError:
             pass

@@ -32,35 +32,21 @@ import numpy as np
 
 from evokernel.harness import values
 from evokernel.harness.languages import LANGUAGES
+from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, CheckRequest, Rejected, must_confirm,
+                                        net_ms, timing_call)
+from evokernel.harness.runner import RunnerGone, refuse_inspection
 from evokernel.harness.task import BUILT_SPEED_REFERENCES, Task, sampled_elements
 from evokernel.harness.tasks import load_task_dir
 
-FULL_CHECKS_PER_SCENARIO = 2  # timed calls verified in full, chosen at random
 LIMIT_FACTOR = 50.0  # a step may take this many times the original's time before it is killed
 # Sampled elements of a timed call are held to this multiple of the scenario's verification bound (the bound
 # was derived from other inputs; a stale or cached answer is off by far more).
 ROW_BOUND_FACTOR = 2.0
-# Call numbers of each timing phase start at its base: the interleaved timing, the re-timing of a kernel
-# below the roofline, and the screening of a candidate alone against speed-reference times reused from an
-# earlier interleaved check on this GPU (see `Worker.run`).
-PHASE_CALLS = {"timing": 1000, "re-timing": 10_000, "screening": 20_000}
+SAMPLED_PER_REQUEST = 4  # calls of a request whose sampled elements are checked (chosen after the reply)
 CUDA_FAILURES = (("illegal memory access", "illegal memory access"), ("misaligned address", "misaligned address"),
                  ("illegal instruction", "illegal instruction"), ("unspecified launch failure", "launch failure"),
                  ("launch timed out", "launch timed out"), ("out of memory", "ran out of device memory"),
                  ("device-side assert", "device-side assert"))
-
-
-class Rejected(Exception):
-    """The candidate failed a check; the message says which."""
-
-
-def timing_call(round_index: int, kernel_index: int, phase: str) -> int:
-    return PHASE_CALLS[phase] + 16 * round_index + kernel_index
-
-
-def call_phase(call: int) -> str | None:
-    """The timing phase a call number belongs to (None: no timing phase's)."""
-    return max(((base, phase) for phase, base in PHASE_CALLS.items() if call >= base), default=(0, None))[1]
 
 
 class Channel:
@@ -96,26 +82,28 @@ def baseline_kernel(task: Task, name: str):
 
 
 class Worker:
-    def __init__(self, request: dict, channel: Channel, backend) -> None:
+    def __init__(self, request: CheckRequest, channel: Channel, backend) -> None:
         self.request, self.channel, self.backend = request, channel, backend
         channel.send("hello", device=self.backend.device_name())
-        self.task: Task = load_task_dir(Path(request["task"]))
-        library, language = Path(request["library"]), LANGUAGES[self.task.language]
+        self.task: Task = load_task_dir(Path(request.task))
+        library, language = Path(request.library), LANGUAGES[self.task.language]
         self.candidate = self.backend.load(library / "candidate.so", self.task.entry, language)
         self.original = self.backend.load(library / "original.so", self.task.entry, language)
-        speed = request["speed_reference"]
+        speed = request.speed_reference
         self.speed_reference = (self.original if speed == "original" else
                                 self.backend.load(library / "speed_reference.so", self.task.entry, language)
                                 if speed == "file" else baseline_kernel(self.task, speed))
-        self.baselines = {name: baseline_kernel(self.task, name) for name in request.get("baselines", [])}
-        self.seed = int(request["seed"])
+        self.baselines = {name: baseline_kernel(self.task, name) for name in request.baselines}
+        self.seed = int(request.seed)
         self.live: deque = deque(maxlen=2)  # this run's buffers and the previous run's (poisoned)
         self.seconds: dict[str, float] = {}  # where the worker's time goes
-        self.limit_s = request["min_limit_s"]
+        self.limit_s = request.min_limit_s
         self.scenario_name = ""
+        self.current_step = ""
 
     def step(self, text: str, calls: int = 1) -> None:
         """Announce a step; the parent kills the worker if the next message takes longer than its limit."""
+        self.current_step = text
         self.channel.send("step", text=text, limit_s=self.limit_s * calls)
 
     def scenario_seed(self, index: int, call: int) -> int:
@@ -165,7 +153,7 @@ class Worker:
 
     def compare(self, outputs: dict, reference: dict, plain: dict) -> dict:
         """Per output: max and relative error against the reference, and the bound the max error must meet."""
-        tol, backend = self.request["tolerance"], self.backend
+        tol, backend = self.request.tolerance, self.backend
         return {name: (backend.max_abs_diff(outputs[name], reference[name]),
                        backend.relative_error(outputs[name], reference[name]),
                        tol["factor"] * backend.max_abs_diff(plain[name], reference[name]) + tol["floor"])
@@ -180,7 +168,7 @@ class Worker:
             if compare_original:  # timed first: it scales this scenario's time limits
                 started = time.perf_counter()
                 rc_orig, out_orig = backend.run(self.original, inputs)
-                self.limit_s = max(self.request["min_limit_s"], LIMIT_FACTOR * (time.perf_counter() - started))
+                self.limit_s = max(self.request.min_limit_s, LIMIT_FACTOR * (time.perf_counter() - started))
                 self.step(f"verification of {self.scenario_name} (candidate)")
             rc, outputs = backend.run(self.candidate, inputs)
             if rc == 0 and not backend.unchanged(inputs, snapshot):
@@ -224,9 +212,11 @@ class Worker:
 
     # -- speed ------------------------------------------------------------------------------
     def time(self, scenario, index: int, bounds: dict[str, float], phase: str) -> float:
-        """Interleaved timed calls, each on inputs no call has seen and poisoned outputs; every call's
-        event time goes to the parent as it happens (the parent computes medians and spreads). Screening
-        times the candidate alone."""
+        """Interleaved timed calls, each on inputs no call has seen and poisoned outputs; every call's time
+        goes to the parent as it happens (the parent computes medians and spreads). Screening times the
+        candidate alone. Where the backend times a request of several calls at once (a runner: its round trip
+        would swamp a short kernel), each request holds `batch` calls on inputs of their own, and an empty
+        request timed in every round measures the round trip that the parent takes off."""
         backend, req = self.backend, self.request
         self.step(f"{phase} of {self.scenario_name}")
         base_seed = self.scenario_seed(index, PHASE_CALLS[phase] - 1)
@@ -235,48 +225,78 @@ class Worker:
         kernels = {"candidate": self.candidate} if phase == "screening" else \
             {"candidate": self.candidate, "reference": self.speed_reference, **self.baselines}
         names = [name for name, fn in kernels.items() if getattr(fn, "supports", lambda s: True)(scenario)]
-        writes_output = {"candidate"} | ({"reference"} if req["speed_reference"] in BUILT_SPEED_REFERENCES else set())
-        candidate_ms = []
-        for _ in range(req["warmup"]):
+        writes_output = {"candidate"} | ({"reference"} if req.speed_reference in BUILT_SPEED_REFERENCES else set())
+        for _ in range(req.warmup):
             for name in names:
                 kernels[name](inputs)
-        rounds = req["rounds"]
-        if req["timing_budget_ms"] is not None:  # slow kernels get fewer rounds (never fewer than 5)
-            round_ms = sum(backend.time_call(kernels[name], inputs) for name in names)
-            rounds = max(5, min(rounds, int(req["timing_budget_ms"] / max(round_ms, 1e-3))))
+        call_ms, batch = self.estimate(kernels, names, inputs)
+        rounds = req.rounds
+        if req.timing_budget_ms is not None:  # slow kernels get fewer rounds (never fewer than 5)
+            rounds = max(5, min(rounds, int(req.timing_budget_ms / max(batch * sum(call_ms.values()), 1e-3))))
         rolled = [(t.shape, t.roll_axis) for t in self.task.inputs(scenario)]
-        offsets = values.call_offsets(rolled, base_seed, rounds * len(names))
-        full_checks = set(random.SystemRandom().sample(range(rounds), min(FULL_CHECKS_PER_SCENARIO, rounds)))
+        batch = max(1, min(batch, math.prod(shape[axis] for shape, axis in rolled) // (rounds * len(names))))
+        calls = rounds * batch  # of each kernel
+        offsets = values.call_offsets(rolled, base_seed, calls * len(names))
+        full_checks = set(random.SystemRandom().sample(range(calls), min(FULL_CHECKS_PER_SCENARIO, calls)))
         row_bounds = {name: ROW_BOUND_FACTOR * bound for name, bound in bounds.items()}
-        self.step(f"{phase} of {self.scenario_name} ({rounds} rounds)", calls=len(names))
+        requests = [inputs] + [backend.like(inputs) for _ in range(batch - 1)]
+        candidate_ms, overhead_ms = [], []
+        self.step(f"{phase} of {self.scenario_name} ({rounds} rounds of {batch} call{'s' * (batch > 1)})",
+                  calls=len(names) * batch)
         for round_index in range(rounds):
-            order = names[round_index % len(names):] + names[:round_index % len(names)]
-            for name in order:
+            overhead = backend.overhead_ms()
+            if overhead is not None:
+                overhead_ms.append(overhead)
+                self.channel.send("overhead", index=index, phase=phase, ms=overhead)
+            for name in names[round_index % len(names):] + names[:round_index % len(names)]:
                 kernel_index = names.index(name)
-                call = timing_call(round_index, kernel_index, phase)
-                roll = offsets[round_index * len(names) + kernel_index]
-                backend.roll_inputs(inputs, base, roll)
-                backend.poison_outputs(inputs)
-                ms = backend.time_call(kernels[name], inputs)
-                try:
-                    self.check_output(inputs, 0, compare=name in writes_output)
-                    rows = self.check_sample(inputs, row_bounds, base_seed, roll, compare=name in writes_output)
-                    self.channel.send("call", index=index, call=call, kernel=name, ms=ms, offsets=list(roll),
-                                      rows=rows, limit_s=self.limit_s)
-                    if name == "candidate" and round_index in full_checks:  # outside the parent's call intervals
-                        self.full_check(inputs)
-                        self.channel.send("full-check", index=index, call=call, limit_s=self.limit_s)
-                except Rejected as exc:
-                    raise Rejected(f"{exc} (timed call {round_index + 1} of {self.scenario_name})") from None
+                numbers = [round_index * batch + position for position in range(batch)]
+                rolls = [offsets[number * len(names) + kernel_index] for number in numbers]
+                for call_inputs, roll in zip(requests, rolls):
+                    backend.roll_inputs(call_inputs, base, roll)
+                    backend.poison_outputs(call_inputs)
+                ms = backend.time_calls(kernels[name], requests)
+                sampled = set(random.SystemRandom().sample(range(batch), min(SAMPLED_PER_REQUEST, batch)))
+                for position, (number, call_inputs, roll) in enumerate(zip(numbers, requests, rolls)):
+                    try:
+                        self.check_output(call_inputs, 0, compare=name in writes_output)
+                        rows = (self.check_sample(call_inputs, row_bounds, base_seed, roll,
+                                                  compare=name in writes_output) if position in sampled else None)
+                        self.channel.send("call", index=index, call=timing_call(number, kernel_index, phase),
+                                          kernel=name, ms=ms, batch=batch, offsets=list(roll), rows=rows,
+                                          limit_s=self.limit_s * batch)
+                        if name == "candidate" and number in full_checks:  # outside the parent's call intervals
+                            self.full_check(call_inputs)
+                            self.channel.send("full-check", index=index, call=timing_call(number, kernel_index, phase),
+                                              limit_s=self.limit_s * batch)
+                    except Rejected as exc:
+                        raise Rejected(f"{exc} (timed call {number + 1} of {self.scenario_name})") from None
                 if name == "candidate":
                     candidate_ms.append(ms)
         self.step(f"stream audit of {self.scenario_name}")
         audit = backend.audit(self.candidate, inputs)
         if audit:
             raise Rejected(audit)
-        backend.release(base)
-        backend.release(inputs)
-        return float(np.median(candidate_ms))
+        for buffers in (base, *requests):
+            backend.release(buffers)
+        return net_ms(candidate_ms, overhead_ms, batch)
+
+    def estimate(self, kernels: dict, names: list[str], inputs) -> tuple[dict[str, float], int]:
+        """Each kernel's time for one call, and the calls per timed request. A first request of one call
+        includes the round trip; where that suggests batching, a request of that many calls, less the median
+        of three empty round trips, gives the estimate."""
+        backend = self.backend
+        call_ms = {name: backend.time_calls(kernels[name], [inputs]) for name in names}
+        batch = backend.batch_size(min(call_ms.values()))
+        if batch > 1:
+            round_trip_ms = float(np.median([backend.overhead_ms() or 0.0 for _ in range(3)]))
+            probe = [inputs] + [backend.like(inputs) for _ in range(batch - 1)]
+            call_ms = {name: max(backend.time_calls(kernels[name], probe) - round_trip_ms / batch, 1e-4)
+                       for name in names}
+            for extra in probe[1:]:
+                backend.release(extra)
+            batch = backend.batch_size(min(call_ms.values()))
+        return call_ms, batch
 
     def full_check(self, inputs) -> None:
         """Every element of a timed call's outputs, against the bound for these inputs (as in verification)."""
@@ -289,26 +309,30 @@ class Worker:
                                "(returns a cached or stale answer?)")
 
     def run(self) -> None:
-        scenarios = [self.task.scenario_from(s) for s in self.request["scenarios"]]
+        scenarios = [self.task.scenario_from(s) for s in self.request.scenarios]
         bounds: dict[int, dict[str, float]] = {}
         started = time.perf_counter()
         for index, scenario in enumerate(scenarios):
             self.scenario_name = scenario.name
             try:
-                bounds[index], stats = self.verify(scenario, index, self.request["trials"])
+                bounds[index], stats = self.verify(scenario, index, self.request.trials)
             except Rejected as exc:
-                self.channel.send("rejected", index=index, error=str(exc))
-                if not self.request.get("keep_going"):
+                self.channel.send("rejected", index=index, error=self.reason(exc))
+                if not self.request.keep_going:
                     break
                 continue
             self.channel.send("verified", index=index, **stats)
         self.seconds["verification"] = time.perf_counter() - started
         started = time.perf_counter()
-        if len(bounds) == len(scenarios) and self.request.get("time", True):
-            if not self.request.get("reference_ms") or self.screen(scenarios, bounds):
+        if len(bounds) == len(scenarios) and self.request.time:
+            if not self.request.reference_ms or self.screen(scenarios, bounds):
                 self.time_all(scenarios, bounds)
         self.seconds["timing"] = time.perf_counter() - started
         self.channel.send("done", seconds={name: round(value, 3) for name, value in self.seconds.items()})
+
+    def reason(self, exc: Rejected) -> str:
+        """A rejection's text; where the runner died, with the step it died in."""
+        return f"{exc} (during {self.current_step})" if isinstance(exc, RunnerGone) else str(exc)
 
     def time_all(self, scenarios: list, bounds: dict[int, dict[str, float]]) -> None:
         """Every scenario interleaved with the speed reference (and a kernel below the roofline again)."""
@@ -317,9 +341,9 @@ class Worker:
             try:
                 median_ms = self.time(scenario, index, bounds[index], "timing")
             except Rejected as exc:
-                self.channel.send("rejected", index=index, error=str(exc))
+                self.channel.send("rejected", index=index, error=self.reason(exc))
                 return
-            if median_ms < self.request["floors_ms"][index]:
+            if median_ms < self.request.floors_ms[index]:
                 try:
                     self.time(scenario, index, bounds[index], "re-timing")
                 except Rejected as exc:
@@ -337,18 +361,9 @@ class Worker:
             try:
                 medians.append(self.time(scenario, index, bounds[index], "screening"))
             except Rejected as exc:
-                self.channel.send("rejected", index=index, error=str(exc))
+                self.channel.send("rejected", index=index, error=self.reason(exc))
                 return False
         return must_confirm(medians, self.request)
-
-
-def must_confirm(screened_ms: list[float], request: dict) -> bool:
-    """Whether screened candidate times call for the interleaved timing (the rule the parent checks too)."""
-    reused, threshold = request["reference_ms"], request.get("confirm_above")
-    if any(ms < floor for ms, floor in zip(screened_ms, request["floors_ms"])):
-        return True
-    speedup = math.exp(sum(math.log(r / ms) for r, ms in zip(reused, screened_ms)) / len(screened_ms))
-    return threshold is not None and speedup >= threshold
 
 
 def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str:
@@ -408,20 +423,22 @@ def read_request(backend_module, task: Task | None, seconds: dict):
     of the JIT cache, see `jit_cache`) warms up on every scenario and ends the process: no request, no
     candidate."""
     stdin = StdinLines()
-    request = json.loads(stdin.readline())
+    line = stdin.readline()
     backend = None
-    if request.get("type") == "prepare":
+    prepare = json.loads(line)
+    if prepare.get("type") == "prepare":
         backend = backend_module.Backend()
-        if task is not None and request.get("warm"):
-            warm_speed_reference(backend, task, request["warm"],
-                                 (lambda: False) if request.get("then_exit") else stdin.waiting)
-        if request.get("then_exit"):
+        if task is not None and prepare.get("warm"):
+            warm_speed_reference(backend, task, prepare["warm"],
+                                 (lambda: False) if prepare.get("then_exit") else stdin.waiting)
+        if prepare.get("then_exit"):
             sys.exit(0)  # each warm-up call was waited for: the driver has written what it compiled
-        request = json.loads(stdin.readline())
+        line = stdin.readline()
+    request = CheckRequest.from_json(line)
     os.close(0)
     if backend is None:
         started = time.perf_counter()
-        backend = import_backend(request["backend"]).Backend()
+        backend = import_backend(request.backend).Backend()
         seconds["device start"] = time.perf_counter() - started
     return request, backend
 
@@ -430,6 +447,7 @@ def main() -> None:
     """`python -m evokernel.harness.worker [BACKEND TASK_DIR CHANNEL_FD]`: with arguments, the runtime is
     imported and the task loaded before the request is read, so a worker started ahead of time waits
     with that part of its start-up paid (see `read_request` for the device context)."""
+    refuse_inspection()
     warm = len(sys.argv) > 3
     channel = Channel(int(sys.argv[3])) if warm else None
     worker = None
@@ -441,11 +459,13 @@ def main() -> None:
         else:
             backend_module, task = None, None
         request, backend = read_request(backend_module, task, seconds)
-        signal.alarm(math.ceil(request["self_destruct_s"]))  # SIGALRM's default action ends the process
-        channel = channel or Channel(int(request.get("channel_fd", 3)))
+        signal.alarm(math.ceil(request.self_destruct_s))  # SIGALRM's default action ends the process
+        channel = channel or Channel(int(request.channel_fd))
         worker = Worker(request, channel, backend)
         worker.seconds.update(seconds)
         worker.run()
+    except Rejected as exc:  # a kernel its runner could not load
+        channel.send("error", error=str(exc))
     except Exception as exc:  # a kernel error surfaced by the runtime (illegal address, launch failure)
         if channel is None:
             raise

@@ -5,8 +5,8 @@ A backend knows devices, not problems: the task says which tensors and scalars a
 kernel writing out of bounds changes), fills the inputs from `values` (so the parent can regenerate
 any of them), poisons the outputs, passes everything in one struct to the entry point, and times the
 call. Each backend module defines a class `Backend` with the methods the worker calls:
-`device_name`, `load`, `make_inputs`, `roll_inputs`, `gather`, `guards_intact`, `snapshot`,
-`unchanged`, `poison_outputs`, `run`, `time_call`, `count_nonfinite`, `max_abs_diff`,
+`device_name`, `load`, `make_inputs`, `like`, `roll_inputs`, `gather`, `guards_intact`, `snapshot`,
+`unchanged`, `poison_outputs`, `run`, `batch_size`, `time_calls`, `overhead_ms`, `count_nonfinite`, `max_abs_diff`,
 `relative_error`, `audit`, `release`. A new device kind is one new file.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,21 @@ class Inputs:
         return {name: self.arrays[name] for name in self.input_names}
 
 
-def parameter_struct(arguments: list[Tensor | Scalar], pointer_of) -> ctypes.Structure:
-    """The entry's parameter struct: a pointer per tensor and each scalar by value, in the listed order."""
+@lru_cache(maxsize=256)
+def _struct_type(fields: tuple[tuple[str, str | None], ...]) -> type[ctypes.Structure]:
+    """One struct type per argument list (field name, scalar C type or None for a pointer)."""
 
     class Params(ctypes.Structure):
-        _fields_ = [(a.name, ctypes.c_void_p if isinstance(a, Tensor) else SCALAR_CTYPES[a.ctype]) for a in arguments]
+        _fields_ = [(name, ctypes.c_void_p if ctype is None else SCALAR_CTYPES[ctype]) for name, ctype in fields]
 
+    return Params
+
+
+def parameter_struct(arguments: list[Tensor | Scalar], pointer_of) -> ctypes.Structure:
+    """The entry's parameter struct: a pointer per tensor and each scalar by value, in the listed order."""
+    fields = tuple((a.name, None if isinstance(a, Tensor) else a.ctype) for a in arguments)
     values = [pointer_of(a.name) if isinstance(a, Tensor) else a.value for a in arguments]
-    return Params(*values)
+    return _struct_type(fields)(*values)
 
 
 class Entry:

@@ -1,4 +1,5 @@
-"""CPU backend: fp32 numpy buffers, wall-clock timing with a cache flush before every call."""
+"""CPU backend: fp32 numpy buffers in the worker; every built kernel runs in a runner process of its own
+(`runner.py`) and is timed by the worker's clock, with a cache flush before every call."""
 
 from __future__ import annotations
 
@@ -7,22 +8,49 @@ import os
 import platform
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Entry, Inputs, parameter_struct
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, parameter_struct
+from evokernel.harness.protocol import MAX_BATCH
+from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
 
 FLUSH_BYTES = 32 << 20
 DTYPES = {"float32": np.float32}
 VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "sve", "asimd")  # named in the device, as /proc/cpuinfo lists them
+ARENA_BYTES = 512 << 20  # each runner's shared buffers (sparse: only what calls touch is memory; under the file-size limit)
+
+
+TARGET_REQUEST_MS = 5.0  # a timed request holds enough calls to last about this long (the round trip is small)
+
+
+class RunnerKernel:
+    """A built kernel loaded by a runner process beside the worker (the runner is `evk-runner`, next to the
+    library): called on the worker's buffers, timed by the worker's clock."""
+
+    def __init__(self, path: Path, symbol: str, cpu: int) -> None:
+        self.runner = Runner(Path(path).parent / BINARY_NAME, ARENA_BYTES, cpu)
+        self.runner.load(Path(path), symbol)
+
+    def __call__(self, inputs: Inputs) -> int:
+        return self.runner.call([inputs], GUARD_ELEMENTS)[0][0]
+
+    def timed_ms(self, requests: list[Inputs], flush: Callable[[], None]) -> float:
+        """Each call's share of one request's time (its round trip included)."""
+        return self.runner.call(requests, GUARD_ELEMENTS, before=flush)[1] * 1e3 / len(requests)
 
 
 class Backend:
     def __init__(self) -> None:
         self.flush = np.zeros(FLUSH_BYTES // 4, dtype=np.float32)
+        self.cpu = min(os.sched_getaffinity(0))  # this worker's, where every runner is continued
+        os.sched_setaffinity(0, {self.cpu})
+        self.runner_binary: Path | None = None
+        self.empty_runner: Runner | None = None  # loads no kernel: its round trip is the requests' overhead
 
     def device_name(self) -> str:
         """Model, vector extensions and cores: results name the CPU that measured them, and a prompt tells
@@ -37,9 +65,9 @@ class Backend:
         details = ", ".join([platform.machine(), *vector, f"{os.cpu_count()} cores"])
         return f"{model[1].strip() if model else platform.processor() or platform.machine()} ({details})"
 
-    def load(self, path, symbol: str, language):
-        entry = Entry(path, symbol, language)
-        return lambda inputs: entry(inputs)
+    def load(self, path, symbol: str, language) -> RunnerKernel:
+        self.runner_binary = Path(path).parent / BINARY_NAME
+        return RunnerKernel(path, symbol, self.cpu)
 
     def make_inputs(self, arguments: list, scenario, seed: int, distribution: str, dtype: str) -> Inputs:
         arrays, guarded = {}, {}
@@ -58,6 +86,15 @@ class Backend:
         inputs = Inputs(scenario, arguments, arrays, guarded)
         inputs.struct = parameter_struct(arguments, lambda name: arrays[name].ctypes.data)
         return inputs
+
+    def like(self, inputs: Inputs) -> Inputs:
+        """New buffers for the same call (their values are set before use: rolled inputs, poisoned outputs)."""
+        guarded = {name: buffer.copy() for name, buffer in inputs.guarded.items()}
+        arrays = {name: guarded[name][GUARD_ELEMENTS:GUARD_ELEMENTS + array.size].reshape(array.shape)
+                  for name, array in inputs.arrays.items()}
+        like = Inputs(inputs.scenario, inputs.arguments, arrays, guarded)
+        like.struct = parameter_struct(inputs.arguments, lambda name: arrays[name].ctypes.data)
+        return like
 
     def roll_inputs(self, inputs: Inputs, base: Inputs, offsets: tuple[int, ...]) -> None:
         """New input values for a timed call: `base` rolled along each input's axis (outside the timed region)."""
@@ -90,11 +127,34 @@ class Backend:
         rc = fn(inputs)
         return rc, {name: inputs.arrays[name].astype(np.float64) for name in inputs.output_names}
 
-    def time_call(self, fn, inputs: Inputs) -> float:
-        self.flush += 1.0  # evict the inputs from the caches
-        start = time.perf_counter()
-        fn(inputs)
-        return (time.perf_counter() - start) * 1e3
+    def flush_caches(self) -> None:
+        self.flush.fill(self.flush[0] + 1.0)  # evicts the inputs (a cache level the cores share, at least)
+
+    def batch_size(self, call_ms: float) -> int:
+        """Calls per timed request for a kernel of about `call_ms`."""
+        return max(1, min(MAX_BATCH, round(TARGET_REQUEST_MS / max(call_ms, 1e-3))))
+
+    def time_calls(self, fn, requests: list[Inputs]) -> float:
+        """Each call's share of the time of one request holding a call on each of `requests`: a runner's
+        kernel in one request, timed by this process's clock (round trip included; see `overhead_ms`)."""
+        if isinstance(fn, RunnerKernel):
+            return fn.timed_ms(requests, self.flush_caches)
+        total = 0.0
+        for inputs in requests:  # a library's function, in this process
+            self.flush_caches()
+            start = time.perf_counter()
+            fn(inputs)
+            total += time.perf_counter() - start
+        return total * 1e3 / len(requests)
+
+    def overhead_ms(self) -> float | None:
+        """The round trip of an empty request, in the conditions of a timed one (after a cache flush)."""
+        if self.runner_binary is None:
+            return None
+        if self.empty_runner is None:
+            self.empty_runner = Runner(self.runner_binary, 0, self.cpu)
+        self.flush_caches()
+        return self.empty_runner.ping() * 1e3
 
     def count_nonfinite(self, x: np.ndarray) -> int:
         return int(x.size - np.count_nonzero(np.isfinite(x)))

@@ -73,6 +73,15 @@ class Backend:
         inputs.struct = parameter_struct(arguments, lambda name: arrays[name].data_ptr())
         return inputs
 
+    def like(self, inputs: Inputs) -> Inputs:
+        """New buffers for the same call (their values are set before use: rolled inputs, poisoned outputs)."""
+        guarded = {name: buffer.clone() for name, buffer in inputs.guarded.items()}
+        arrays = {name: guarded[name][GUARD_ELEMENTS:GUARD_ELEMENTS + array.numel()].view(array.shape)
+                  for name, array in inputs.arrays.items()}
+        like = Inputs(inputs.scenario, inputs.arguments, arrays, guarded)
+        like.struct = parameter_struct(inputs.arguments, lambda name: arrays[name].data_ptr())
+        return like
+
     def roll_inputs(self, inputs: Inputs, base: Inputs, offsets: tuple[int, ...]) -> None:
         """New input values for a timed call: `base` rolled along each input's axis (outside the timed region)."""
         rolled = [a for a in inputs.arguments if isinstance(a, Tensor) and not a.output]
@@ -106,6 +115,16 @@ class Backend:
         torch.cuda.synchronize()  # surface asynchronous kernel faults here, inside this check
         # copies: later poisoning of the buffers does not reach them
         return rc, {name: inputs.arrays[name].to(torch.float32, copy=True) for name in inputs.output_names}
+
+    def batch_size(self, call_ms: float) -> int:
+        return 1  # events on the harness's stream time each call alone
+
+    def overhead_ms(self) -> float | None:
+        return None  # event times hold no round trip
+
+    def time_calls(self, fn, requests: list[Inputs]) -> float:
+        (inputs,) = requests
+        return self.time_call(fn, inputs)
 
     def time_call(self, fn, inputs: Inputs) -> float:
         while True:

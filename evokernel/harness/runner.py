@@ -1,0 +1,232 @@
+"""The trusted side of a kernel runner: the native program `runner.c` loads one kernel library in a process
+of its own, and this module, in the worker that never loads candidate code, owns its buffers and its clock.
+
+Per call: while the runner is stopped (SIGSTOP) the worker copies the call's inputs, poisoned outputs and
+guard bands into a fresh slot of the shared arena and writes the request; it reads its clock, continues the
+runner (SIGCONT) on the worker's own CPU (the runner's main thread is pinned there while stopped and
+unpins itself first thing: a CPU that sat idle wakes late and cold, by tens of microseconds and several
+percent of a short kernel's time), waits for the reply (blocked on a pipe, so that it takes no core from
+the kernel's threads), reads its clock again, and stops the runner before it copies
+anything back. So no thread of the candidate runs while its outputs are read or its next inputs written
+(work left running after a reply is frozen and found unfinished), and the time is the worker's own:
+the interval, less the round trip of an empty request to a runner that loads no kernel (timed the same
+way in the same rounds; see `protocol.net_ms`). A runner can make itself look slower, never faster. Whatever it writes into the arena (a
+forged reply, return codes, inputs) is checked or ignored: the reply's sequence number must be the
+request's, and the outputs are judged from the worker's copies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import os
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from evokernel.errors import BadInput
+from evokernel.harness.backends import Inputs, parameter_struct
+from evokernel.harness.protocol import MAX_BATCH, Rejected
+
+BINARY_NAME = "evk-runner"
+COMMAND_CALL, COMMAND_LOAD, COMMAND_EXIT, COMMAND_TOUCH = 0, 1, 2, 3
+# runner.c's `struct mailbox`: field -> (byte offset, numpy dtype, count)
+MAILBOX = {"request": (0, np.uint64, 1), "reply": (8, np.uint64, 1), "base": (16, np.uint64, 1),
+           "command": (24, np.uint32, 1), "count": (28, np.uint32, 1), "status": (32, np.int32, 1),
+           "rc": (36, np.int32, MAX_BATCH), "offsets": (1064, np.uint64, MAX_BATCH)}
+PATH_FIELD, SYMBOL_FIELD, ERROR_FIELD = (3112, 512), (3624, 128), (3752, 256)
+MAILBOX_BYTES = 4096
+ALIGN = 4096  # every buffer of a call starts on its own page
+SLOTS = 2  # requests alternate between this many sets of slots: each call's buffers are at new addresses
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def refuse_inspection() -> None:
+    """Make this process non-dumpable: no other process of the same user (a runner) may attach to it or open
+    its memory or descriptors under /proc."""
+    PR_SET_DUMPABLE = 4
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def build_runner(cache: Path, compiler: str | None = None) -> Path:
+    """The runner for this machine, built once from `runner.c` (cached by the source's hash and compiler)."""
+    source = resources.files("evokernel.harness").joinpath("runner.c").read_bytes()
+    compiler = compiler or os.environ.get("CC") or "cc"
+    digest = hashlib.sha256(source + compiler.encode()).hexdigest()[:16]
+    binary = cache / "runner" / digest / BINARY_NAME
+    if binary.is_file():
+        return binary
+    if shutil.which(compiler) is None:
+        raise BadInput(f"no C compiler '{compiler}' to build the kernel runner (install one or set CC)")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    (binary.parent / "runner.c").write_bytes(source)
+    partial = binary.with_suffix(f".tmp{os.getpid()}")
+    proc = subprocess.run([compiler, "-O2", "-std=gnu11", "-o", str(partial), str(binary.parent / "runner.c"), "-ldl"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+        raise BadInput(f"the kernel runner does not build with {compiler}: {first}")
+    os.replace(partial, binary)
+    return binary
+
+
+class RunnerGone(Rejected):
+    """The runner died (crashed, exited) or could not load its kernel."""
+
+
+def _exit_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        try:
+            return f"crashed ({signal.Signals(os.WTERMSIG(status)).name})"
+        except ValueError:
+            return f"crashed (signal {os.WTERMSIG(status)})"
+    return f"exited early (code {os.WEXITSTATUS(status)})"
+
+
+class Runner:
+    """One runner process and its arena; calls go through `call`."""
+
+    def __init__(self, binary: Path, arena_bytes: int, cpu: int | None = None) -> None:
+        self.arena_bytes, self.cpu = MAILBOX_BYTES + arena_bytes, cpu
+        fd = os.memfd_create("evk-arena", 0)  # inherited by the runner, nobody else's
+        self.replies, reply_end = os.pipe()
+        os.set_inheritable(reply_end, True)
+        try:
+            os.ftruncate(fd, self.arena_bytes)
+            self.arena = mmap.mmap(fd, self.arena_bytes)
+            self.pid = os.posix_spawn(str(binary), [BINARY_NAME, str(fd), str(self.arena_bytes), str(reply_end)],
+                                      dict(os.environ))
+        finally:
+            os.close(fd)
+            os.close(reply_end)  # the runner holds the only writer: its end closes when it dies
+        self.fields = {name: np.frombuffer(self.arena, dtype, count, offset)
+                       for name, (offset, dtype, count) in MAILBOX.items()}
+        self.sequence, self.alive = 0, True
+        self._await_stop("started")
+        self.base = int(self.fields["base"][0])  # written before the runner stopped itself: still trusted
+        self.next_slot = 0
+        self.mapped_to = MAILBOX_BYTES  # the runner has touched the arena up to here (page faults are not timed)
+
+    # -- the process -----------------------------------------------------------------------------
+    def _await_stop(self, during: str) -> None:
+        _, status = os.waitpid(self.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            self.alive = False
+            raise RunnerGone(f"the kernel runner {_exit_text(status)} ({during})")
+
+    def _serve(self, command: int, count: int = 0) -> float:
+        """One request: the runner is continued, its reply awaited and the runner stopped again. Returns the
+        seconds from the request to the reply. A byte on the pipe without the reply's sequence number in the
+        arena (written early, or by another thread) does not end the wait."""
+        self.sequence += 1
+        self.fields["command"][0], self.fields["count"][0] = command, count
+        reply = self.fields["reply"]
+        sequence = self.sequence
+        self.fields["request"][0] = sequence
+        while select.select([self.replies], [], [], 0)[0]:  # what an earlier call left in the pipe
+            if not os.read(self.replies, 4096):
+                break
+        if self.cpu is not None:  # continued on the worker's own CPU, which is busy and warm; it spreads again
+            os.sched_setaffinity(self.pid, {self.cpu})
+        started = time.perf_counter()
+        os.kill(self.pid, signal.SIGCONT)
+        while reply[0] != sequence:
+            if not os.read(self.replies, 1):  # its end closed: the runner is gone
+                _, status = os.waitpid(self.pid, 0)
+                self.alive = False
+                raise RunnerGone(f"the kernel runner {_exit_text(status)}")
+        seconds = time.perf_counter() - started
+        os.kill(self.pid, signal.SIGSTOP)
+        self._await_stop("after its reply")
+        if int(reply[0]) != sequence:  # rewritten between the reply and the stop
+            raise Rejected("the kernel runner's reply does not match its request")
+        return seconds
+
+    def ping(self) -> float:
+        """The seconds of an empty request (the round trip)."""
+        return self._serve(COMMAND_CALL, 0)
+
+    def load(self, library: Path, symbol: str) -> None:
+        for (offset, size), text in ((PATH_FIELD, str(library)), (SYMBOL_FIELD, symbol)):
+            data = text.encode()[:size - 1]
+            self.arena[offset:offset + size] = data + bytes(size - len(data))
+        self._serve(COMMAND_LOAD)
+        if int(self.fields["status"][0]) != 0:
+            offset, size = ERROR_FIELD
+            error = bytes(self.arena[offset:offset + size]).split(b"\0")[0].decode(errors="replace")
+            raise RunnerGone(f"the kernel runner could not load {library.name}: {error}")
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.alive = False
+        os.close(self.replies)
+        self.arena.close()
+
+    # -- calls -----------------------------------------------------------------------------------
+    def _place(self, requests: list[Inputs], guard_elements: int) -> list[dict[str, int]]:
+        """Copy every call's parameter struct and guarded buffers into the next set of slots (a page each);
+        returns each call's buffer offsets."""
+        sizes = {name: -(-buffer.nbytes // ALIGN) * ALIGN for name, buffer in requests[0].guarded.items()}
+        call_bytes = ALIGN + sum(sizes.values())
+        set_bytes = call_bytes * len(requests)
+        if set_bytes * SLOTS > self.arena_bytes - MAILBOX_BYTES:
+            raise Rejected(f"a request needs {set_bytes * SLOTS} bytes, more than the kernel runner's arena holds")
+        start = MAILBOX_BYTES + (self.next_slot % SLOTS) * set_bytes
+        self.next_slot += 1
+        if MAILBOX_BYTES + SLOTS * set_bytes > self.mapped_to:
+            self.fields["offsets"][:2] = self.mapped_to, MAILBOX_BYTES + SLOTS * set_bytes
+            self._serve(COMMAND_TOUCH)
+            self.mapped_to = MAILBOX_BYTES + SLOTS * set_bytes
+        placed = []
+        for position, inputs in enumerate(requests):
+            struct_at = start + position * call_bytes
+            offsets, at = {}, struct_at + ALIGN
+            for name, buffer in inputs.guarded.items():
+                offsets[name] = at
+                self._view(buffer, at)[...] = buffer
+                at += sizes[name]
+            struct = parameter_struct(inputs.arguments, lambda name: self.base + offsets[name]
+                                      + inputs.guarded[name].itemsize * guard_elements)
+            self.arena[struct_at:struct_at + ctypes.sizeof(struct)] = bytes(struct)
+            self.fields["offsets"][position] = struct_at
+            placed.append(offsets)
+        return placed
+
+    def _view(self, buffer: np.ndarray, offset: int) -> np.ndarray:
+        return np.frombuffer(self.arena, buffer.dtype, buffer.size, offset)
+
+    def call(self, requests: list[Inputs], guard_elements: int,
+             before: Callable[[], None] | None = None) -> tuple[list[int], float]:
+        """Call the loaded kernel once on each of `requests` (the worker's buffers: copied in, and back once
+        the runner has stopped) in one request; returns the return codes and the request's seconds by the
+        worker's clock. `before` runs once the buffers are in place, just before the clock starts (a cache
+        flush: the copies leave them warm)."""
+        if not 1 <= len(requests) <= MAX_BATCH:
+            raise ValueError(f"a request holds 1 to {MAX_BATCH} calls")
+        placed = self._place(requests, guard_elements)
+        if before is not None:
+            before()
+        seconds = self._serve(COMMAND_CALL, len(requests))
+        for inputs, offsets in zip(requests, placed):
+            for name, buffer in inputs.guarded.items():
+                kept = self._view(buffer, offsets[name])
+                buffer[...] = kept
+                kept.fill(np.nan)  # a kernel that kept a pointer reads NaN from now on
+        return [int(rc) for rc in self.fields["rc"][:len(requests)]], seconds
