@@ -73,7 +73,7 @@ def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | No
         first = next((line for line in result.log.splitlines() if "error" in line.lower()), result.log[:200])
         return result, f"{label} does not compile: {first.strip()}"
     if result.library:  # C and CUDA objects alike: their own imports
-        reason = guard.check_shared_object(result.library)
+        reason = guard.check_shared_object(result.library, task.language)
         if reason:
             return result, reason
     return result, None

@@ -100,6 +100,23 @@ FORBIDDEN_SYMBOL_RE = re.compile(
     r"|_ZNSt7__cxx1110filesystem\w*")
 
 
+# What a C kernel's object may import: the language runtime the contract needs (math, memory and string
+# functions, formatting into a buffer, OpenMP, compiler support) and nothing else. An import outside it is
+# refused with its name; the runner's seccomp filter stands behind this for what a kernel does without
+# importing (raw system calls).
+_MATH = (r"(?:a?(?:sin|cos|tan)h?|atan2|sqrt|cbrt|exp(?:2|10|m1)?|log(?:2|10|1p|b)?|pow|fabs|fmin|fmax|fma|fdim"
+         r"|floor|ceil|round|l?lround|trunc|l?lrint|rint|nearbyint|fmod|remainder|remquo|hypot|erfc?|[lt]gamma"
+         r"|ldexp|frexp|modf|copysign|nan|scalbl?n|ilogb|sincos|exp10)[fl]?")
+ALLOWED_C_IMPORT_RE = re.compile(
+    rf"{_MATH}|__{_MATH}_finite|__(?:isnan|isinf|finite|fpclassify|signbit)[fl]?"
+    r"|mem(?:cpy|move|set|cmp|chr)|__mem(?:cpy|move|set)_chk|str(?:n?len|n?cmp|n?cpy|chr)|__strcpy_chk"
+    r"|malloc|calloc|realloc|free|aligned_alloc|posix_memalign|memalign|qsort|bsearch|l?l?abs|l?l?div"
+    r"|v?s?n?printf|__v?s?n?printf_chk|puts|putchar|abort|__assert_fail|__stack_chk_fail|__errno_location"
+    r"|GOMP_\w+|omp_\w+|__cxa_finalize|__gmon_start__|_ITM_(?:de)?registerTMCloneTable|__cpu_(?:indicator_init|model)"
+    r"|__(?:add|sub|mul|div|mod|udiv|umod|neg|extend|trunc|fix|fixuns|float|floatun|pow|cmp|ucmp|popcount|clz|ctz)"
+    r"[a-z]{2,6}\d?")
+
+
 def forbidden_import(symbol: str) -> bool:
     """Whether a built object may not import `symbol` (a name from `nm`, version suffix allowed)."""
     return FORBIDDEN_SYMBOL_RE.fullmatch(symbol.split("@")[0]) is not None
@@ -319,27 +336,28 @@ def _check_forbidden_words(lexed: Lexed) -> str | None:
 
 # --- the import check on the built object ---
 
-def check_shared_object(path: Path) -> str | None:
-    """Refuse a built object (C or CUDA) that imports a forbidden symbol. The object must be linked so
-    that its own imports show (CUDA: against the shared runtime, see build.compile_command). An object
-    that passed before, unchanged, is not read again: a search checks the task's original at every evaluation."""
+def check_shared_object(path: Path, language: str | None = None) -> str | None:
+    """Refuse a built object that imports a symbol outside its language's allowlist (C) or on the list of
+    forbidden ones (CUDA, or no language given). The object must be linked so that its own imports show (CUDA: against the shared
+    runtime, see build.compile_command). An object that passed before, unchanged, is not read again: a
+    search checks the task's original at every evaluation."""
     try:
         stat = Path(path).stat()
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        key = (str(path), stat.st_mtime_ns, stat.st_size, language)
     except OSError:
         key = None
     if key in _PASSED_OBJECTS:
         return None
-    verdict = _read_imports(path)
+    verdict = _read_imports(path, language)
     if verdict is None and key is not None:
         _PASSED_OBJECTS.add(key)
     return verdict
 
 
-_PASSED_OBJECTS: set[tuple[str, int, int]] = set()  # (path, mtime, size) of objects whose imports passed
+_PASSED_OBJECTS: set[tuple[str, int, int, str | None]] = set()  # (path, mtime, size, language): imports passed
 
 
-def _read_imports(path: Path) -> str | None:
+def _read_imports(path: Path, language: str | None) -> str | None:
     try:
         proc = subprocess.run(["nm", "-D", "--undefined-only", str(path)], capture_output=True,
                               text=True, timeout=60, check=False)
@@ -352,6 +370,11 @@ def _read_imports(path: Path) -> str | None:
         return f"static guard: nm could not read the built object's imports ({_show(first)})"
     for line in proc.stdout.splitlines():
         fields = line.split()
-        if fields and forbidden_import(fields[-1]):
-            return f"static guard: the built object imports '{fields[-1].split('@')[0]}'"
+        if not fields:
+            continue
+        name = fields[-1].split("@")[0]
+        if language == "c" and not ALLOWED_C_IMPORT_RE.fullmatch(name):
+            return f"static guard: the built object imports '{name}', which is not on the allowlist of C kernels"
+        if forbidden_import(fields[-1]):
+            return f"static guard: the built object imports '{name}'"
     return None

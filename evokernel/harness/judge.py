@@ -28,7 +28,7 @@ from evokernel.harness.report import CheckReport, ScenarioResult, geomean
 from evokernel.harness.supervisor import WorkerOutcome
 from evokernel.harness.task import Task, sampled_elements
 from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, MAX_BATCH, PHASE_CALLS, CheckRequest, call_phase,
-                                        must_confirm, timing_call, well_formed)
+                                        must_confirm, net_call_ms, timing_call, well_formed)
 
 # (absolute, relative) by dtype: sampled elements must match the parent's own values this closely (a
 # forgery check; the worker's bound on the error against the reference is the real correctness check)
@@ -209,7 +209,7 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
     if not _rows_match(sample["rows"], reference, task.dtype):
         raise Forged(f"{scenario.name}: sampled outputs of a timed call do not match the parent's own reference")
     overhead = float(np.median(overheads[index, phase])) if overheads[index, phase] else 0.0
-    times = {k: [max(m.data["ms"] - overhead / size, 1e-9) for m in batch if m.data["kernel"] == k] for k in kernels}
+    times = {k: [net_call_ms(m.data["ms"], overhead, size) for m in batch if m.data["kernel"] == k] for k in kernels}
     if not request.runner:  # the worker's clock is not the candidate's to set, nor its messages' arrival
         _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])
     result.time_ms = float(np.median(times["candidate"]))

@@ -70,7 +70,13 @@ def net_ms(per_call_ms: list[float], overhead_ms: list[float], batch: int) -> fl
     """A kernel's time from its requests' per-call shares: the median, less its share of the median round
     trip of an empty request (measured in the same rounds; none where calls are timed in-process)."""
     overhead = float(statistics.median(overhead_ms)) if overhead_ms else 0.0
-    return max(float(statistics.median(per_call_ms)) - overhead / batch, 1e-9)
+    return net_call_ms(float(statistics.median(per_call_ms)), overhead, batch)
+
+
+def net_call_ms(share_ms: float, overhead_ms: float, batch: int) -> float:
+    """One call's time from its share of a request: less its share of the round trip, and never below a tenth
+    of the share (a round trip measured longer than a whole request is noise, not a faster kernel)."""
+    return max(share_ms - overhead_ms / batch, share_ms / 10)
 
 
 def call_phase(call: int) -> str | None:

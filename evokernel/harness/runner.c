@@ -2,10 +2,11 @@
 // it calls the kernel's entry point when asked and says when it has returned. Everything it is told and
 // everything it answers lives in one shared "arena" that the trusted worker maps too (see runner.py):
 // the worker writes the inputs, the parameter structs and a request there while this process is stopped
-// (SIGSTOP), starts the clock, continues it (SIGCONT), waits for the reply (the sequence number in the
-// arena, announced by a byte on REPLY_FD), stops it again, and only then reads the outputs. Times come from the worker's clock; this program has none to give.
+// (SIGSTOP), starts the clock and continues it (SIGCONT); this program serves the request, writes the
+// request's sequence number back and stops itself. The worker's clock stops when the operating system says
+// that this process has stopped (every thread of it), and only then does the worker read the outputs. Times come from the worker's clock; this program has none to give.
 //
-//   evk-runner ARENA_FD ARENA_BYTES REPLY_FD
+//   evk-runner ARENA_FD ARENA_BYTES
 //
 // Before the kernel is loaded a seccomp filter refuses what no kernel needs (debugging other processes,
 // reading or writing their memory, new processes, sockets, namespaces, io_uring) and writable executable
@@ -186,8 +187,8 @@ static void install(struct filter *f, int loaded) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: evk-runner ARENA_FD ARENA_BYTES REPLY_FD\n");
+  if (argc != 3) {
+    fprintf(stderr, "usage: evk-runner ARENA_FD ARENA_BYTES\n");
     return 64;
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // never outlives the worker
@@ -200,7 +201,6 @@ int main(int argc, char **argv) {
     return 72;
   }
   close(fd);
-  const int reply_fd = atoi(argv[3]);
   struct mailbox *box = (struct mailbox *)arena;
   box->base = (uint64_t)(uintptr_t)arena;
   cpu_set_t anywhere;  // the CPUs this process may use: the worker wakes it on its own, and it spreads again
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
   entry_fn entry = NULL;
   uint64_t served = 0;
   raise(SIGSTOP);  // ready: the worker continues this process with each request
-  for (;;) {
+  for (;;) {  // (continued only with a request waiting: the loop does not spin)
     uint64_t request;
     while ((request = __atomic_load_n(&box->request, __ATOMIC_ACQUIRE)) == served) {
 #if defined(__x86_64__)
@@ -242,7 +242,6 @@ int main(int argc, char **argv) {
       }
     }
     __atomic_store_n(&box->reply, served, __ATOMIC_RELEASE);
-    const char done = 1;
-    if (write(reply_fd, &done, 1) != 1) _exit(73);
+    raise(SIGSTOP);  // the reply: the worker waits for this process to stop
   }
 }

@@ -2,13 +2,14 @@
 of its own, and this module, in the worker that never loads candidate code, owns its buffers and its clock.
 
 Per call: while the runner is stopped (SIGSTOP) the worker copies the call's inputs, poisoned outputs and
-guard bands into a fresh slot of the shared arena and writes the request; it reads its clock, continues the
-runner (SIGCONT) on the worker's own CPU (the runner's main thread is pinned there while stopped and
+guard bands into a fresh slot of the shared arena and writes the request; it reads its clock and continues
+the runner (SIGCONT) on the worker's own CPU (the runner's main thread is pinned there while stopped and
 unpins itself first thing: a CPU that sat idle wakes late and cold, by tens of microseconds and several
-percent of a short kernel's time), waits for the reply (blocked on a pipe, so that it takes no core from
-the kernel's threads), reads its clock again, and stops the runner before it copies
-anything back. So no thread of the candidate runs while its outputs are read or its next inputs written
-(work left running after a reply is frozen and found unfinished), and the time is the worker's own:
+percent of a short kernel's time). The runner serves the request and stops itself; the worker waits
+(blocked, taking no core from the kernel's threads) until the operating system reports the runner stopped,
+every thread of it, and reads its clock again. So no thread of the candidate runs while its outputs are
+read or its next inputs written, a kernel that "replies" early and works on is still running (and timed)
+or else stopped with its work unfinished, and the time is the worker's own:
 the interval, less the round trip of an empty request to a runner that loads no kernel (timed the same
 way in the same rounds; see `protocol.net_ms`). A runner can make itself look slower, never faster. Whatever it writes into the arena (a
 forged reply, return codes, inputs) is checked or ignored: the reply's sequence number must be the
@@ -21,7 +22,6 @@ import ctypes
 import hashlib
 import mmap
 import os
-import select
 import shutil
 import signal
 import statistics
@@ -101,16 +101,12 @@ class Runner:
     def __init__(self, binary: Path, arena_bytes: int, cpu: int | None = None) -> None:
         self.arena_bytes, self.cpu = MAILBOX_BYTES + arena_bytes, cpu
         fd = os.memfd_create("evk-arena", 0)  # inherited by the runner, nobody else's
-        self.replies, reply_end = os.pipe()
-        os.set_inheritable(reply_end, True)
         try:
             os.ftruncate(fd, self.arena_bytes)
             self.arena = mmap.mmap(fd, self.arena_bytes)
-            self.pid = os.posix_spawn(str(binary), [BINARY_NAME, str(fd), str(self.arena_bytes), str(reply_end)],
-                                      dict(os.environ))
+            self.pid = os.posix_spawn(str(binary), [BINARY_NAME, str(fd), str(self.arena_bytes)], dict(os.environ))
         finally:
             os.close(fd)
-            os.close(reply_end)  # the runner holds the only writer: its end closes when it dies
         self.fields = {name: np.frombuffer(self.arena, dtype, count, offset)
                        for name, (offset, dtype, count) in MAILBOX.items()}
         self.sequence, self.alive = 0, True
@@ -127,31 +123,19 @@ class Runner:
             raise RunnerGone(f"the kernel runner {_exit_text(status)} ({during})")
 
     def _serve(self, command: int, count: int = 0) -> float:
-        """One request: the runner is continued, its reply awaited and the runner stopped again. Returns the
-        seconds from the request to the reply. A byte on the pipe without the reply's sequence number in the
-        arena (written early, or by another thread) does not end the wait."""
+        """One request: the runner is continued and its stop awaited. Returns the seconds from continuing it to
+        the stop being reported. The reply's sequence number must then be the request's."""
         self.sequence += 1
         self.fields["command"][0], self.fields["count"][0] = command, count
-        reply = self.fields["reply"]
-        sequence = self.sequence
-        self.fields["request"][0] = sequence
-        while select.select([self.replies], [], [], 0)[0]:  # what an earlier call left in the pipe
-            if not os.read(self.replies, 4096):
-                break
+        self.fields["request"][0] = self.sequence
         if self.cpu is not None:  # continued on the worker's own CPU, which is busy and warm; it spreads again
             os.sched_setaffinity(self.pid, {self.cpu})
         started = time.perf_counter()
         os.kill(self.pid, signal.SIGCONT)
-        while reply[0] != sequence:
-            if not os.read(self.replies, 1):  # its end closed: the runner is gone
-                _, status = os.waitpid(self.pid, 0)
-                self.alive = False
-                raise RunnerGone(f"the kernel runner {_exit_text(status)}")
+        self._await_stop("serving a request")
         seconds = time.perf_counter() - started
-        os.kill(self.pid, signal.SIGSTOP)
-        self._await_stop("after its reply")
-        if int(reply[0]) != sequence:  # rewritten between the reply and the stop
-            raise Rejected("the kernel runner's reply does not match its request")
+        if int(self.fields["reply"][0]) != self.sequence:
+            raise Rejected("the kernel runner stopped without replying to its request (or replied out of order)")
         return seconds
 
     def ping(self) -> float:
@@ -176,7 +160,6 @@ class Runner:
             except (ProcessLookupError, ChildProcessError):
                 pass
             self.alive = False
-        os.close(self.replies)
         self.arena.close()
 
     # -- calls -----------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class Channel:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        os.set_inheritable(fd, False)  # never handed on to a runner: only this process writes the channel
 
     def send(self, kind: str, **data) -> None:
         line = (json.dumps({"type": kind, **data}) + "\n").encode()
