@@ -378,3 +378,42 @@ def test_cuda_command_without_nvcc_still_names_the_shared_runtime(tmp_path, monk
     command = LANGUAGES["cuda"].compile_command(Path("k.cu"), Path("include"), Path("k.so"))
     assert "-cudart" in command and command[command.index("-cudart") + 1] == "shared"
     assert not any(arg.startswith("-rpath") for arg in command)
+
+
+# --- allowlists: what a built object may import, by language ---
+
+# The imports of 108 CUDA kernels built on the H200 (the tree's and two search runs';
+# experiments/trusted_timing/cuda_imports.py): every one must stay allowed.
+MEASURED_CUDA_IMPORTS = """_ITM_deregisterTMCloneTable _ITM_registerTMCloneTable _Unwind_Resume __cudaGetKernel __cudaLaunchKernel
+__cudaPopCallConfiguration __cudaPushCallConfiguration __cudaRegisterFatBinary __cudaRegisterFatBinaryEnd
+__cudaRegisterFunction __cudaRegisterVar __cudaUnregisterFatBinary __cxa_atexit __cxa_finalize __cxa_guard_abort
+__cxa_guard_acquire __cxa_guard_release __gmon_start__ __gxx_personality_v0 __stack_chk_fail cudaDeviceGetAttribute
+cudaFreeAsync cudaFuncSetAttribute cudaGetDevice cudaGetDriverEntryPointByVersion cudaGetLastError
+cudaMallocAsync""".split()
+MEASURED_C_IMPORTS = ["GOMP_parallel", "GOMP_loop_nonmonotonic_dynamic_start", "omp_get_thread_num", "expf@GLIBC_2.27",
+                      "sqrtf", "memset", "memcpy", "malloc", "free", "__cxa_finalize", "_ITM_registerTMCloneTable"]
+
+
+@pytest.mark.parametrize("symbol", MEASURED_CUDA_IMPORTS)
+def test_what_built_cuda_kernels_import_is_allowed(symbol):
+    assert guard.allowed_import(symbol, "cuda")
+
+
+@pytest.mark.parametrize("symbol", MEASURED_C_IMPORTS)
+def test_what_built_c_kernels_import_is_allowed(symbol):
+    assert guard.allowed_import(symbol, "c")
+
+
+@pytest.mark.parametrize("symbol", ["PyGILState_Ensure", "PyRun_SimpleString", "write", "read", "exit", "syscall",
+                                    "pthread_create", "getppid", "dlopen", "_r_debug", "cudaLaunchKernel_ptsz",
+                                    "cudaStreamCreate", "cudaDeviceSynchronize", "cuLaunchKernel"])
+def test_anything_else_is_refused_for_both_languages(symbol):
+    assert not guard.allowed_import(symbol, "c") and not guard.allowed_import(symbol, "cuda")
+
+
+@needs_gcc
+def test_an_object_importing_the_python_c_api_is_refused_by_name(tmp_path):
+    library = build_c(tmp_path, "extern int PyRun_SimpleString(const char*) __attribute__((weak));\n"
+                                "int evk_attention_fwd(const void* p) { return PyRun_SimpleString ? 1 : 0; }\n")
+    assert guard.check_shared_object(library, "c") == \
+        "static guard: the built object imports 'PyRun_SimpleString', which is not on the allowlist of c kernels"

@@ -34,10 +34,13 @@ from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, MAX_BATCH, PHA
 # forgery check; the worker's bound on the error against the reference is the real correctness check)
 ROW_TOLERANCE = {"bfloat16": (0.02, 0.02), "float16": (0.02, 0.02), "float32": (1e-3, 1e-3)}
 # How far the reported candidate-minus-reference difference may fall below the one the parent's clock saw:
-# (milliseconds, fraction of the reference's call interval) by backend. On a CPU host the kernels share
-# the cores with the parent, whose clock readings then lag by more than the kernels take: only the
-# bound on the whole span applies there, with a larger allowance for a late first reading.
-WALL_SLACK: dict[str, tuple[float, float] | None] = {"cuda": (0.5, 0.1), "cpu": None}
+# (milliseconds, fraction of the longer of the two kernels' call intervals) by backend. A call's interval
+# holds its verification too (for a 16k-token output, 20-40 ms of it), which varies between the kernels by
+# several milliseconds: 0.1 of the reference's interval rejected the honest Hopper seed on the H200
+# (38.3 against 29.3 ms of wall time for calls of 1.6 and 1.7 ms). On a CPU host the kernels share the
+# cores with the parent, whose clock readings then lag by more than the kernels take: only the bound on
+# the whole span applies there, with a larger allowance for a late first reading.
+WALL_SLACK: dict[str, tuple[float, float] | None] = {"cuda": (0.5, 0.3), "cpu": None}
 SPAN_SLACK_MS = {"cuda": 1.0, "cpu": 25.0}
 
 
@@ -252,7 +255,7 @@ def _check_wall_clock(scenario, sequence: list, times: dict[str, list[float]],
         return
     wall_c, wall_r = float(np.median(wall["candidate"])), float(np.median(wall["reference"]))
     event_c, event_r = float(np.median(times["candidate"])), float(np.median(times["reference"]))
-    if (wall_c - wall_r) - (event_c - event_r) > slack[0] + slack[1] * wall_r:
+    if (wall_c - wall_r) - (event_c - event_r) > slack[0] + slack[1] * max(wall_c, wall_r):
         raise Forged(f"{scenario.name}: reported times the wall clock cannot support (candidate {event_c:.4g} ms "
                      f"and reference {event_r:.4g} ms reported; calls took {wall_c:.4g} and {wall_r:.4g} ms "
                      "of wall time)")

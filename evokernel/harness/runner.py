@@ -110,17 +110,17 @@ class Runner:
         self.fields = {name: np.frombuffer(self.arena, dtype, count, offset)
                        for name, (offset, dtype, count) in MAILBOX.items()}
         self.sequence, self.alive = 0, True
-        self._await_stop("started")
+        self._await_stop("as it started")
         self.base = int(self.fields["base"][0])  # written before the runner stopped itself: still trusted
         self.next_slot = 0
         self.mapped_to = MAILBOX_BYTES  # the runner has touched the arena up to here (page faults are not timed)
 
     # -- the process -----------------------------------------------------------------------------
-    def _await_stop(self, during: str) -> None:
+    def _await_stop(self, context: str | None = None) -> None:
         _, status = os.waitpid(self.pid, os.WUNTRACED)
         if not os.WIFSTOPPED(status):
             self.alive = False
-            raise RunnerGone(f"the kernel runner {_exit_text(status)} ({during})")
+            raise RunnerGone(_exit_text(status) + (f" ({context})" if context else ""))
 
     def _serve(self, command: int, count: int = 0) -> float:
         """One request: the runner is continued and its stop awaited. Returns the seconds from continuing it to
@@ -132,7 +132,7 @@ class Runner:
             os.sched_setaffinity(self.pid, {self.cpu})
         started = time.perf_counter()
         os.kill(self.pid, signal.SIGCONT)
-        self._await_stop("serving a request")
+        self._await_stop()
         seconds = time.perf_counter() - started
         if int(self.fields["reply"][0]) != self.sequence:
             raise Rejected("the kernel runner stopped without replying to its request (or replied out of order)")

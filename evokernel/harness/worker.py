@@ -333,7 +333,7 @@ class Worker:
 
     def reason(self, exc: Rejected) -> str:
         """A rejection's text; where the runner died, with the step it died in."""
-        return f"{exc} (during {self.current_step})" if isinstance(exc, RunnerGone) else str(exc)
+        return f"{exc} during {self.current_step}" if isinstance(exc, RunnerGone) else str(exc)
 
     def time_all(self, scenarios: list, bounds: dict[int, dict[str, float]]) -> None:
         """Every scenario interleaved with the speed reference (and a kernel below the roofline again)."""

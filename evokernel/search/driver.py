@@ -227,8 +227,7 @@ class Search:
             knobs = any(not op.uses_llm for op in self.ops.values())
             self.llm_stopped = (f"question operators stopped: {client.unavailable}; "
                                 + ("the run goes on with the knob operators" if knobs else "no other operator"))
-            self.notify(self.llm_stopped)
-            self.stats.last = self.llm_stopped
+            self.notify(self.llm_stopped)  # (not also the live line's last event: it would print it again)
             self.store.set_meta("llm_stopped", self.llm_stopped)
             if not knobs:
                 self.stop_reason = self.stop_reason or self.llm_stopped

@@ -25,7 +25,7 @@ VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "sve", "asimd")  # named in the d
 ARENA_BYTES = 512 << 20  # each runner's shared buffers (sparse: only what calls touch is memory; under the file-size limit)
 
 
-TARGET_REQUEST_MS = 5.0  # a timed request holds enough calls to last about this long (the round trip is small)
+TARGET_REQUEST_MS = 2.0  # a timed request holds enough calls to last about this long (the round trip is small)
 
 
 class RunnerKernel:
