@@ -223,6 +223,8 @@ def test_lineage_of_a_rejected_kernel_and_of_the_top_k(runs_dir):
     result = cli("lineage", "demo", "--id", "4")
     assert result.exit_code == 0
     assert "rejected" in result.output and "max error 2 against the reference" in result.output
+    assert cli("lineage", "demo", "4").output == result.output  # the id after the run, as `show RUN ID` takes it
+    assert cli("lineage", "demo", "3", "--tree").output == cli("lineage", "demo", "--id", "3", "--tree").output
     result = cli("lineage", "demo", "--top", "2")
     headers = [line for line in result.output.splitlines() if line.startswith("run demo")]
     assert len(headers) == 2 and "kernel #6" in headers[0] and "kernel #3" in headers[1]
@@ -276,7 +278,8 @@ def test_lineage_tree_gain_is_over_the_parent_it_is_shown_under(runs_dir):
 
 def test_lineage_bad_input_exits_2(runs_dir):
     for args, message in [(["nope"], "no run 'nope'"), (["demo", "--id", "99"], "no kernel 99"),
-                          (["demo", "--id", "2", "--top", "2"], "choose one of")]:
+                          (["demo", "--id", "2", "--top", "2"], "choose one of"),
+                          (["demo", "2", "--id", "3"], "two kernels given: ID 2 and --id 3")]:
         result = cli("lineage", *args)
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
         assert len(result.output.strip().splitlines()) == 1

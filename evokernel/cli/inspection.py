@@ -90,25 +90,30 @@ def runs(directory: Path, as_json: bool) -> None:
 
 @click.command()
 @click.argument("run")
-@click.option("--id", "kernel_id", type=int, help="The kernel to trace.")
+@click.argument("kernel", metavar="[ID]", type=int, required=False)
+@click.option("--id", "kernel_id", type=int, help="The kernel to trace (the same as ID after RUN).")
 @click.option("--best", is_flag=True, help="Trace the best kernel (the default).")
 @click.option("--top", type=click.IntRange(1), help="Trace each of the K best kernels.")
 @click.option("--tree", is_flag=True, help="Draw the descendant tree instead: of every seed (with --id: of that "
                                            "kernel; with --best or --top: only the paths to those kernels).")
 @json_flag
-def lineage(run: str, kernel_id: int | None, best: bool, top: int | None, tree: bool, as_json: bool) -> None:
+def lineage(run: str, kernel: int | None, kernel_id: int | None, best: bool, top: int | None, tree: bool,
+            as_json: bool) -> None:
     """Where a kernel came from: one line per step from the seed, with the question asked and the gain.
 
-    RUN is a run directory, a run id under ./runs, or 'latest'. In the tree a kernel with two parents
-    appears under both, each time with its gain over that parent.
+    RUN is a run directory, a run id under ./runs, or 'latest'; ID a kernel of it (as in `show RUN ID`). In
+    the tree a kernel with two parents appears under both, each time with its gain over that parent.
     """
     from rich.markup import escape
 
     from evokernel.lineage.statistics import proposal_failure_counts
     from evokernel.output import print_json
 
+    if kernel is not None and kernel_id is not None and kernel != kernel_id:
+        raise BadInput(f"two kernels given: ID {kernel} and --id {kernel_id}")
+    kernel_id = kernel if kernel is not None else kernel_id
     if (kernel_id is not None) + best + (top is not None) > 1:
-        raise BadInput("choose one of --id, --best, --top")
+        raise BadInput("choose one of ID (or --id), --best, --top")
     with open_run(run) as lin:
         if tree:
             if kernel_id is not None:
