@@ -105,6 +105,25 @@ def test_bank_stats_with_nothing_asked_says_so_in_one_line(tmp_path):
     assert json.loads(CliRunner().invoke(main, ["bank", "stats", str(run), "--json"]).output) == []
 
 
+def test_a_persons_question_without_a_layer_is_accepted_only_with_one(tmp_path):
+    """A question asked with `evokernel ask` and no --layer has none; accepting it as it is would write a
+    question the next `bank lint` refuses."""
+    run = make_run(tmp_path / "run", [])
+    text = "Does every warp read the same K row from shared memory at the same time?"
+    with Store(run) as store:
+        store.add_proposed_question("same-k-row-0a1b", text, ["stagnation"], [], 7)
+    runner, bank_dir = CliRunner(), tmp_path / "mybank"
+    refused = runner.invoke(main, ["bank", "review", str(run), "--accept", "same-k-row-0a1b", "--bank", str(bank_dir)])
+    assert refused.exit_code == 2 and "has no layer tag: give --layer" in refused.output
+    assert not (bank_dir.exists() and any(bank_dir.glob("*.yaml")))
+    accepted = runner.invoke(main, ["bank", "review", str(run), "--accept", "same-k-row-0a1b", "--layer", "memory",
+                                    "--bank", str(bank_dir)])
+    assert accepted.exit_code == 0, accepted.output
+    assert load_bank([bank_dir], builtin=False).get("same-k-row-0a1b").layers == ["memory"]
+    lint = runner.invoke(main, ["bank", "lint", "--bank", str(bank_dir)])
+    assert lint.exit_code == 0, lint.output
+
+
 def test_bank_review_accepts_into_a_user_bank_only_when_asked(tmp_path):
     run = make_run(tmp_path / "run", [])
     text = "Does every warp read the same K row from shared memory at the same time?"
@@ -129,6 +148,8 @@ def test_bank_review_accepts_into_a_user_bank_only_when_asked(tmp_path):
     statuses = runner.invoke(main, ["bank", "review", str(run), "--bank", str(bank_dir)]).output
     rows = {line.split("\t")[0]: line.split("\t")[1] for line in statuses.splitlines()[1:]}
     assert rows == {"same-k-row-0a1b": "accepted", "make-it-faster-ffff": "rejected"}
+    lint = runner.invoke(main, ["bank", "lint", "--bank", str(bank_dir)])
+    assert lint.exit_code == 0, lint.output
     missing = runner.invoke(main, ["bank", "review", str(run), "--reject", "nope"])
     assert missing.exit_code == 2 and "no proposed question 'nope'" in missing.output
     no_bank = runner.invoke(main, ["bank", "review", str(run), "--reject", "make-it-faster-ffff"])

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from evokernel.bank.lint import duplicate_problems, shape_problems
-from evokernel.bank.questions import Question, error_message, load_bank, slug, write_question
+from evokernel.bank.questions import LAYERS, Question, error_message, load_bank, slug, write_question
 from evokernel.errors import BadInput
 
 
@@ -34,4 +34,6 @@ def admit_question(directory: Path, text: str, triggers: list[str], layers: list
     reasons = shape_problems(question.text) + duplicate_problems(question.text, list(bank))
     if reasons:
         raise BadInput(f"question '{question.id}' refused: " + "; ".join(reasons))
+    if not question.layers:  # the lint refuses a question without one: it is never written
+        raise BadInput(f"question '{question.id}' has no layer tag: give --layer (one of {', '.join(LAYERS)})")
     return write_question(directory, question)

@@ -80,9 +80,10 @@ def reviewable_questions(store) -> list[dict]:
     return [{**row, "by": "model"} for row in store.proposed_questions()] + reviewable_human_questions(store)
 
 
-def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None) -> Path:
+def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None, layers: list[str] | None = None) -> Path:
     """Accept (write to `bank_dir`, after the lint) or reject (list in `bank_dir`) a question of the run
-    offered for review; returns the file written. The run itself is only read (`store` may be read-only)."""
+    offered for review; returns the file written. `layers` replace the question's own layer tags (a person's
+    question asked without one has none). The run itself is only read (`store` may be read-only)."""
     rows = {row["id"]: row for row in reviewable_questions(store)}
     if question_id not in rows:
         known = ", ".join(rows) or "none"
@@ -94,7 +95,7 @@ def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None
     bank_dir = Path(bank_dir)
     rejected = rejected_ids(bank_dir)
     if accept:
-        layers = [layer for layer in row["layers"] if layer in LAYERS]
+        layers = list(layers or [layer for layer in row["layers"] if layer in LAYERS])
         notes = (f"proposed in run {Path(store.run_dir).name} after individual {row['from_individual']}"
                  if row["by"] == "model" else f"asked by a person in run {Path(store.run_dir).name}; child "
                                               f"{row['from_individual']} beat its parent")

@@ -121,7 +121,11 @@ def bank_stats(runs: tuple[str, ...], as_json: bool) -> None:
 @click.option("--reject", "reject", multiple=True, help="Reject a question offered (repeatable; needs --bank).")
 @click.option("--bank", "bank_dir", type=click.Path(path_type=Path),
               help="User bank directory: accepted questions go there, rejections are listed there.")
-def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank_dir: Path | None) -> None:
+@click.option("--layer", "layers", multiple=True,
+              help="Layer tag of the questions accepted (repeatable; instead of their own, needed where they have "
+                   "none): memory, compute, pipeline, scheduling, numerics, measurement, correctness.")
+def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank_dir: Path | None,
+                layers: tuple[str, ...]) -> None:
     """Show the questions RUN offers for a bank (those the LLM proposed, and those people asked with
     `evokernel ask` whose children beat their parents); accept or reject them into --bank (the run is only read)."""
     from evokernel.bank import review_proposed
@@ -132,7 +136,7 @@ def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank
     run_dir = resolve_run(run)
     with open_readonly(run_dir) as store:
         for question_id in accept:
-            path = review_proposed(store, question_id, True, bank_dir)
+            path = review_proposed(store, question_id, True, bank_dir, list(layers))
             console.print(f"accepted [bold]{question_id}[/] into {path}", soft_wrap=True)
         for question_id in reject:
             path = review_proposed(store, question_id, False, bank_dir)
