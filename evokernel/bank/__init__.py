@@ -15,7 +15,7 @@ Interface used by the search, the operators and the CLI:
   records each with `store.add_trigger_event`; stores a question the LLM proposed when its child beat the
   parent), `declared_limit(proposal)` for a proposal that declared a limit and was not evaluated, and
   `active()` before each LLM proposal (the trigger to put in `Context.trigger`; one-shot events are consumed).
-- `needs_recheck(parent_fitness, child_fitness, report, config.triggers)` and `recheck_options(options,
+- `needs_recheck(parent_fitness, child_fitness, report, config.triggers)` (why: `recheck_reason`) and `recheck_options(options,
   config.triggers, rng)`: a child with a suspicious gain is checked again by the harness with more trials
   and a fresh seed; only the re-check's verdict may make it the best.
 - `parse_proposed_question(answer)`, `review_proposed(store, id, accept, bank_dir)`, `PROPOSAL_FORMAT`:
@@ -32,7 +32,7 @@ from evokernel.bank.policy import QuestionPolicy
 from evokernel.bank.proposals import PROPOSAL_FORMAT, parse_proposed_question, review_proposed
 from evokernel.bank.questions import LAYERS, TRIGGERS, Bank, Question, load_bank, write_question
 from evokernel.bank.stats import configured_question_texts, prior_from_runs
-from evokernel.bank.triggers import TriggerMonitor, needs_recheck, recheck_options
+from evokernel.bank.triggers import TriggerMonitor, needs_recheck, recheck_options, recheck_reason
 
 
 @lru_cache(maxsize=1)
@@ -49,5 +49,5 @@ def question_text(question_id: str) -> str:
 
 __all__ = ["LAYERS", "PROPOSAL_FORMAT", "TRIGGERS", "Bank", "Problem", "Question", "QuestionPolicy",
            "TriggerMonitor", "admit_question", "configured_question_texts", "duplicate_problems", "lint_questions",
-           "load_bank", "needs_recheck", "parse_proposed_question", "prior_from_runs", "question_text",
+           "load_bank", "needs_recheck", "recheck_reason", "parse_proposed_question", "prior_from_runs", "question_text",
            "recheck_options", "review_proposed", "shape_problems", "write_question"]

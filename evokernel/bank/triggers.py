@@ -23,15 +23,24 @@ def gain_ratio(parent_fitness: float | None, child_fitness: float | None) -> flo
     return child_fitness / parent_fitness
 
 
-def needs_recheck(parent_fitness: float | None, child_fitness: float | None, report, config: TriggerConfig) -> bool:
-    """Whether a correct child must be re-checked before it may become the best: it is
-    `config.suspicious_gain` times faster than its parent, or the harness flagged a scenario as
-    faster than the roofline. `report` is a CheckReport or its dict (or None)."""
+def recheck_reason(parent_fitness: float | None, child_fitness: float | None, report,
+                   config: TriggerConfig) -> str | None:
+    """Why a correct child must be re-checked before it may become the best (None: it need not): it is
+    `config.suspicious_gain` times faster than its parent, or the harness flagged a scenario as faster than
+    the roofline. `report` is a CheckReport or its dict (or None)."""
     if child_fitness is None:
-        return False
+        return None
     ratio = gain_ratio(parent_fitness, child_fitness)
     flagged = report.get("suspicious") if isinstance(report, dict) else getattr(report, "suspicious", False)
-    return bool(flagged) or (ratio is not None and ratio >= config.suspicious_gain)
+    if ratio is not None and ratio >= config.suspicious_gain:
+        return (f"{ratio:.2f}x its parent ({child_fitness:.3f} against {parent_fitness:.3f}; suspicious from "
+                f"{config.suspicious_gain:g}x)")
+    return "a scenario faster than the roofline" if flagged else None
+
+
+def needs_recheck(parent_fitness: float | None, child_fitness: float | None, report, config: TriggerConfig) -> bool:
+    """Whether a correct child must be re-checked before it may become the best (see `recheck_reason`)."""
+    return recheck_reason(parent_fitness, child_fitness, report, config) is not None
 
 
 def recheck_options(options, config: TriggerConfig, rng: random.Random):

@@ -23,7 +23,7 @@ from typing import Callable
 
 from deap import base
 
-from evokernel.bank import TriggerMonitor, needs_recheck, recheck_options
+from evokernel.bank import TriggerMonitor, recheck_options, recheck_reason
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
@@ -405,11 +405,12 @@ class Search:
     def _finish(self, key: int, report: dict, worker: str | None, started_at: float) -> None:
         row = self.store.individual(key)
         parent_fitness = self._parent_fitness(row)
-        if (report["correct"] and key not in self.rechecked
-                and needs_recheck(parent_fitness, report.get("geomean_speedup"), report, self.config.triggers)):
+        suspicious = report["correct"] and key not in self.rechecked and recheck_reason(
+            parent_fitness, report.get("geomean_speedup"), report, self.config.triggers)
+        if suspicious:
             self.rechecked.add(key)  # only the re-check's verdict counts
             self.queue.appendleft(_Queued(key, self.store.source(row), self.islands.get(key), recheck=True))
-            self.stats.last = f"#{key}: suspicious gain ({report.get('geomean_speedup'):.3f}), re-checking"
+            self.stats.last = f"#{key}: suspicious gain, {suspicious}: re-checking"
             return
         self.store.record_result(key, report, worker=worker, started_at=row.started_at or started_at)
         self.answered_unevaluated.discard(key)
