@@ -321,6 +321,18 @@ def test_a_seed_with_a_bad_knob_is_refused_before_anything_is_written(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_seed_that_does_not_compile_is_named_by_its_own_file(tmp_path):
+    good, broken = tmp_path / "good.c", tmp_path / "broken.c"
+    good.write_text(ORIGINAL)
+    broken.write_text(ORIGINAL.replace("return 0;", "retur 0;", 1))
+    result = CliRunner().invoke(main, ["run", str(make_config(tmp_path, seeds=[str(good), str(broken)],
+                                                              budget={"evaluations": 2})),
+                                       "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if "rejected: candidate does not compile" in line)
+    assert f"{broken}:" in line and "/evk/scratch" not in result.output and "kernel.c" not in result.output
+
+
 def test_sigterm_stops_the_driver_cleanly_and_the_run_resumes(tmp_path):
     path = make_config(tmp_path, budget={"evaluations": 40})
     runs = tmp_path / "runs"

@@ -2,11 +2,13 @@
 kernel on every scenario, times it against a speed reference and scores it (gated geomean).
 
 Interface: `check_kernel`, `check_source`, `build_checked`, `CheckOptions`, `CheckReport`,
-`ScenarioResult`, `get_task`, `task_names`, `tasks_in`, `speed_reference_label`, `isolation` (what this
+`ScenarioResult`, `get_task`, `task_names`, `tasks_in`, `speed_reference_label`, `show_source_paths` (a
+compiler message naming the kernel's own file), `isolation` (what this
 machine enforces), `LANGUAGES` (what differs between kernel languages), and the task interface (`Task`,
 `Tensor`, `Scalar`, `Baseline`) a task directory implements.
 """
 
+from evokernel.harness.build import show_source_paths
 from evokernel.harness.check import CheckOptions, build_checked, check_kernel, check_source, speed_reference_label
 from evokernel.harness.languages import LANGUAGES, Language
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
@@ -16,4 +18,4 @@ from evokernel.harness.tasks import get_task, task_names, tasks_in
 
 __all__ = ["LANGUAGES", "Baseline", "CheckOptions", "CheckReport", "Isolation", "Language", "Scalar", "ScenarioResult", "Task", "Tensor",
            "build_checked", "check_kernel", "check_source", "geomean", "get_task", "isolation",
-           "speed_reference_label", "task_names", "tasks_in"]
+           "show_source_paths", "speed_reference_label", "task_names", "tasks_in"]

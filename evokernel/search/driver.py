@@ -27,7 +27,7 @@ from evokernel.bank import TriggerMonitor, recheck_options, recheck_reason
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
-from evokernel.harness import CheckOptions, Task, get_task
+from evokernel.harness import CheckOptions, Task, get_task, show_source_paths
 from evokernel.mutations import AnswerPending, Operator, Proposal, ProposalFailed, llm_operator_names, operators
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
@@ -74,6 +74,7 @@ class Search:
         notes: list[str] = []
         self.notify = notes.append  # said once the run is open: a refused run says only why
         self.seeds = [] if resume else runs.seed_sources(config, self.task)  # bad input: before anything is written
+        self.seed_files = {normalized_hash(source): path for path, source in self.seeds}
         self.toolbox = base.Toolbox()
         self.ops: dict[str, Operator] = {}
         self.weights: dict[str, float] = {}
@@ -425,13 +426,19 @@ class Search:
             outcome = f"correct, speedup {row.fitness:.3f}"
         else:
             self.stats.failures[failure_kind(row.failure)] += 1
-            outcome = f"rejected: {row.failure}"
+            outcome = f"rejected: {show_source_paths(row.failure, self._source_name(row))}"
             if "repair" in self.ops and row.operator in llm_operator_names():
                 self.repairs.append(row)
         self.stats.last = f"#{row.id} {row.operator} from {row.parent_ids or 'seed'}: {outcome}"
         self.population.migrate_if_due(self.stats.evaluations)
         self.population.record(self.stats.evaluations)
         runs.save_counters(self.store, self.session, self.stats)
+
+    def _source_name(self, row: Individual) -> str:
+        """How compiler messages name a kernel: a seed by the file it came from, any other kernel by its
+        source in the run."""
+        seed = self.seed_files.get(row.normalized_hash) if row.operator == "seed" else None
+        return seed or str(self.store.source_path(row.source_hash, row.language).relative_to(self.run_dir.parent))
 
     def _join(self, row: Individual, source: str, island: int | None) -> None:
         kernel = make_kernel(source, row.id, True, row.fitness, parent_ids=row.parent_ids,
