@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,29 @@ def test_show_names_the_runs_speed_reference_in_the_time_column(runs_dir):
     assert "cudnn ms" in out and "original ms" not in out, out
     default = piped("show", LONG_RUN_ID, "1", cwd=runs_dir.parent, COLUMNS="200").stdout
     assert "original ms" in default
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch")
+def test_piped_show_and_diff_give_the_text_as_it_is_and_the_diff_applies(runs_dir, tmp_path):
+    """Nothing folded at the console's width, nothing padded: a saved source is the kernel, a saved diff
+    applies with `patch`."""
+    long_line = "    const float scale_and_offset_for_every_row = " + " + ".join(f"p->row_{i}" for i in range(12)) + ";"
+    with Store(runs_dir / "demo") as store:
+        parent = add(store, "knob-mutation", [1], "wide", long_line, {"correct": False, "failure": "x", "scenarios": []})
+        child = add(store, "knob-mutation", [parent], "wider", long_line.replace("row_3", "row_33"),
+                    {"correct": False, "failure": "x", "scenarios": []})
+    with Store(runs_dir / "demo", readonly=True) as store:
+        sources = {i: store.source(store.individual(i)) for i in (parent, child)}
+    shown = piped("show", "demo", str(child), cwd=runs_dir.parent)
+    assert shown.returncode == 0, shown.stderr
+    assert sources[child] in shown.stdout and len(long_line) > 120
+    out = piped("diff", "demo", str(parent), str(child), cwd=runs_dir.parent)
+    assert out.returncode == 0, out.stderr
+    patch_text = out.stdout[:out.stdout.index("\nspeedup")] if "\nspeedup" in out.stdout else out.stdout
+    assert not any(line != line.rstrip() for line in patch_text.splitlines() if line.strip())
+    (tmp_path / "kernel.c").write_text(sources[parent])
+    (tmp_path / "change.diff").write_text(patch_text)
+    applied = subprocess.run(["patch", "-s", str(tmp_path / "kernel.c"), str(tmp_path / "change.diff")],
+                             capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert (tmp_path / "kernel.c").read_text() == sources[child]

@@ -16,6 +16,18 @@ from evokernel.errors import BadInput
 console = Console()
 
 
+def print_code(text: str, lexer: str, line_numbers: bool = False) -> None:
+    """Source or a diff: highlighted on a terminal; piped, the text exactly as it is (not folded at the
+    console's width, no padding), so that a saved diff applies with `patch` and a saved source compiles."""
+    if console.is_terminal:
+        from rich.syntax import Syntax
+
+        console.print(Syntax(text, lexer, line_numbers=line_numbers, word_wrap=True))
+    else:
+        console.file.write(text if text.endswith("\n") else text + "\n")
+        console.file.flush()
+
+
 class Group(click.Group):
     """Turns BadInput anywhere below, and a command's bad options or arguments, into one line `error: ...`
     and exit code 2."""

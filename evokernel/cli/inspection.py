@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from evokernel.cli.common import console, fmt, json_flag, open_run
+from evokernel.cli.common import console, fmt, json_flag, open_run, print_code
 from evokernel.errors import BadInput
 
 
@@ -261,7 +261,6 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
 
     from rich.markup import escape
     from rich.rule import Rule
-    from rich.syntax import Syntax
 
     from evokernel.output import print_json, print_table, scenario_table
 
@@ -301,10 +300,10 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
         from evokernel.harness import LANGUAGES
 
         console.print(Rule("source"))
-        console.print(Syntax(lin.source(ind.id), LANGUAGES[ind.language].fence, line_numbers=True, word_wrap=True))
+        print_code(lin.source(ind.id), LANGUAGES[ind.language].fence, line_numbers=True)
         for parent in parents:
             console.print(Rule(f"diff against parent #{parent.id}"))
-            console.print(Syntax(lin.diff(parent.id, ind.id) or "(identical)", "diff", word_wrap=True))
+            print_code(lin.diff(parent.id, ind.id) or "(identical)", "diff")
         console.print(Rule("scenarios"))
         rows = lin.scenarios(ind.id)
         if rows:
@@ -341,11 +340,9 @@ def diff(run: str, id_a: int, id_b: int) -> None:
 
     RUN is a run directory, a run id under ./runs, or 'latest'.
     """
-    from rich.syntax import Syntax
-
     with open_run(run) as lin:
         a, b = lin.get(id_a), lin.get(id_b)
-        console.print(Syntax(lin.diff(a.id, b.id) or "(identical sources)", "diff", word_wrap=True))
+        print_code(lin.diff(a.id, b.id) or "(identical sources)", "diff")
         _print_deltas(f"speedup over {lin.speed_reference}: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
                       f"#{a.id}", f"#{b.id}")
         console.print(f"geomean: #{a.id} {fmt(a.fitness)} ({a.status}) -> #{b.id} {fmt(b.fitness)} ({b.status})"
