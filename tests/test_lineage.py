@@ -380,3 +380,24 @@ def test_the_re_timing_of_the_best_kernel_tells_a_gain_from_noise(runs_dir):
     page = runs_dir.parent / "r.html"
     assert cli("report", "demo", "-o", str(page)).exit_code == 0
     assert "within noise: the gain over the seed does not stand" in page.read_text()
+
+
+def test_a_run_whose_driver_was_killed_reads_stopped_with_how_to_resume(tmp_path):
+    """The driver writes 'running' and holds the run's lock while it lives; after `kill -9` the lock is gone
+    and the meta still says running."""
+    from evokernel.store import RunLock
+
+    run = tmp_path / "runs" / "killed"
+    store = make_run(run, close=False)
+    store.set_meta("status", "running")
+    store.close()
+    listed = cli("runs", str(tmp_path / "runs"))
+    assert listed.exit_code == 0, listed.output
+    assert "running" not in listed.output and "stopped" in listed.output
+    assert f"killed: stopped, its driver is gone (killed?): resume it with evokernel run --resume {run}" in listed.output
+    assert json.loads(cli("runs", str(tmp_path / "runs"), "--json").output)[0]["status"] == "stopped"
+    lock = RunLock(run)  # a live driver
+    try:
+        assert json.loads(cli("runs", str(tmp_path / "runs"), "--json").output)[0]["status"] == "running"
+    finally:
+        lock.release()

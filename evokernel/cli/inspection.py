@@ -33,11 +33,17 @@ def _kernel_label(run, ind, parent=None) -> str:
     elif ind.status == "rejected":
         reason = (run.failure(ind.id) or "").strip().splitlines()
         result = f"[red]rejected[/]: {escape(reason[0] if reason else '')}"
-    elif run.store.meta().get("status") == "running":
+    elif _still_running(run):
         result = f"[dim]{ind.status}[/]"
     else:  # proposed, then the run stopped before its check (a budget, an interrupt)
         result = "[dim]not evaluated (the run stopped first; --resume evaluates it)[/]"
     return f"[bold]#{ind.id}[/] {ind.operator}{question} {result}"
+
+
+def _still_running(run) -> bool:
+    from evokernel.store import run_status
+
+    return run_status(run.run_dir, run.store.meta().get("status")) == "running"
 
 
 def _ratio(before: float | None, after: float | None) -> float | None:
@@ -86,6 +92,9 @@ def runs(directory: Path, as_json: bool) -> None:
              or "-"]
             for s in summaries]
     print_table(console, columns, rows, title=f"runs under {directory}/", box=box.SIMPLE_HEAD)
+    for s in summaries:
+        if s.driver_gone:
+            console.print(f"{s.id}: stopped, {s.stop_reason}", soft_wrap=True, highlight=False)
 
 
 @click.command()

@@ -15,7 +15,7 @@ import pandas as pd
 
 from evokernel.errors import BadInput
 from evokernel.lineage.view import Lineage
-from evokernel.store import DEFAULT_RUNS, Store, iter_runs
+from evokernel.store import DEFAULT_RUNS, Store, iter_runs, run_status
 
 # the kind of the failed proposals a run recorded before schema version 3 counted, by operator only, in its meta
 UNRECORDED = "reason not recorded"
@@ -37,6 +37,7 @@ class RunSummary:
     cost_usd: float
     started_at: float | None
     proposal_failures: list[dict] = field(default_factory=list)  # {operator, kind, count}, most frequent first
+    driver_gone: bool = False  # recorded as running, but no driver holds the run (killed)
 
 
 def failure_reason(failure: str, scenario_names: set[str]) -> str:
@@ -194,9 +195,13 @@ def run_summary(run: Lineage) -> RunSummary:
     meta = run.store.meta()
     best = run.top(1)
     started = meta.get("started_at") or min((i.created_at for i in run.individuals.values()), default=None)
-    return RunSummary(id=run.name, path=run.run_dir, status=str(meta.get("status", "unknown")),
+    status = run_status(run.run_dir, meta.get("status"))
+    driver_gone = status == "stopped" and meta.get("status") == "running"
+    stop_reason = (f"its driver is gone (killed?): resume it with evokernel run --resume {run.run_dir}"
+                   if driver_gone else meta.get("stop_reason"))
+    return RunSummary(id=run.name, path=run.run_dir, status=status, driver_gone=driver_gone,
                       task=meta.get("task") or (meta.get("config") or {}).get("task"),
-                      stop_reason=meta.get("stop_reason"), evaluations=len(run.evaluated()),
+                      stop_reason=stop_reason, evaluations=len(run.evaluated()),
                       correct=sum(i.status == "correct" for i in run.individuals.values()),
                       best=best[0].fitness if best else None, best_id=best[0].id if best else None,
                       cost_usd=run.store.total_cost(), started_at=started,

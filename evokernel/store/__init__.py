@@ -18,9 +18,10 @@ answers). Their public names are importable from `evokernel.store`.
 from evokernel.store.database import Store
 from evokernel.store.records import (PROMPT_STATUSES, STATUSES, HumanQuestion, Individual, LLMCall, OpenPrompt, Outcome,
                                      ProposalFailure, normalized_hash, source_hash)
-from evokernel.store.runs import DEFAULT_RUNS, RunLock, driver_running, iter_runs, open_readonly, resolve_run
+from evokernel.store.runs import (DEFAULT_RUNS, RunLock, driver_running, iter_runs, open_readonly, resolve_run,
+                                  run_status)
 from evokernel.store.schema import DB_NAME, SCHEMA_VERSION, DamagedDatabase
 
 __all__ = ["DB_NAME", "DEFAULT_RUNS", "PROMPT_STATUSES", "SCHEMA_VERSION", "STATUSES", "DamagedDatabase", "HumanQuestion",
-           "Individual", "LLMCall", "OpenPrompt", "Outcome", "ProposalFailure", "RunLock", "Store", "driver_running",
+           "Individual", "LLMCall", "OpenPrompt", "Outcome", "ProposalFailure", "RunLock", "Store", "driver_running", "run_status",
            "iter_runs", "normalized_hash", "open_readonly", "resolve_run", "source_hash"]

@@ -46,6 +46,14 @@ class RunLock:
 
 
 
+def run_status(run_dir: Path, recorded: str | None) -> str:
+    """A run's status: the one its driver recorded, except that a run recorded as running whose driver holds
+    no lock (killed) is 'stopped'."""
+    if recorded == "running" and not driver_running(run_dir):
+        return "stopped"
+    return recorded or "unknown"
+
+
 def driver_running(run_dir: Path) -> bool:
     """Whether a driver holds the run's lock now (a killed driver's run reads 'running' in its meta, but holds
     no lock). Tested with a shared lock taken and dropped at once."""
