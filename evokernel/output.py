@@ -62,6 +62,11 @@ def _number(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def within_noise(speedup: float | None, spread: float | None) -> bool:
+    """Whether a scenario's gain (or loss) is smaller than its measured spread: not a measured difference."""
+    return speedup is not None and spread is not None and spread > abs(speedup - 1)
+
+
 def scenario_table(scenarios: Iterable[Mapping[str, Any]], reference: str = "original"
                    ) -> tuple[list[Column], list[list[Cell]]]:
     """The columns and cells of per-scenario results, as every command and the HTML report show them.
@@ -88,6 +93,8 @@ def scenario_table(scenarios: Iterable[Mapping[str, Any]], reference: str = "ori
         speedup = Text(_number(s.get("speedup"), ".3f"))
         if s.get("suspicious"):
             speedup.append(" below the roofline", style="red")
+        elif within_noise(s.get("speedup"), s.get("spread")):
+            speedup.append(" within noise", style="yellow")
         rows.append([s["name"], Text("yes", style="green") if s["correct"] else Text("NO", style="red"), error,
                      _number(s.get("time_ms"), ".4f"), _number(s.get("original_time_ms"), ".4f"), speedup,
                      "-" if s.get("spread") is None else f"{100 * s['spread']:.1f}%",

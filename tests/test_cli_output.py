@@ -292,3 +292,26 @@ def test_piped_show_and_diff_give_the_text_as_it_is_and_the_diff_applies(runs_di
                              capture_output=True, text=True)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert (tmp_path / "kernel.c").read_text() == sources[child]
+
+
+def test_a_gain_inside_the_spread_is_flagged_in_the_table_check_and_show_print():
+    from evokernel.output import plain, scenario_table, within_noise
+
+    assert within_noise(1.286, 0.30) and not within_noise(1.286, 0.10) and within_noise(0.9, 265.94)
+    assert not within_noise(None, 0.3) and not within_noise(1.2, None)
+    rows = [{"name": "a", "correct": True, "speedup": 1.286, "spread": 265.94, "time_ms": 1.0},
+            {"name": "b", "correct": True, "speedup": 1.286, "spread": 0.02, "time_ms": 1.0}]
+    columns, cells = scenario_table(rows)
+    speedups = [plain(row[[c.name for c in columns].index("speedup")]) for row in cells]
+    assert speedups == ["1.286 within noise", "1.286"]
+
+
+def test_check_says_how_many_scenarios_are_within_their_noise(monkeypatch):
+    from evokernel.harness import CheckReport, ScenarioResult
+
+    report = CheckReport(task="t", kernel="k.c", scenario_set="quick", correct=True, geomean_speedup=1.286,
+                         scenarios=[ScenarioResult("a", True, speedup=1.286, spread=265.94),
+                                    ScenarioResult("b", True, speedup=1.286, spread=0.01)])
+    monkeypatch.setattr("evokernel.harness.check_kernel", lambda *args, **kwargs: report)
+    result = cli("check", __file__, "--task", "attention-fwd-cpu")
+    assert "geomean speedup over original: 1.286 (1 of 2 scenarios within their noise" in result.output

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from evokernel.cli.common import console, fmt, warn_if_not_isolated
-from evokernel.output import print_table, scenario_table
+from evokernel.output import print_table, scenario_table, within_noise
 
 
 def print_check_report(report) -> None:
@@ -32,9 +32,11 @@ def print_check_report(report) -> None:
     if report.correct and report.geomean_speedup is None:
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios (not timed)")
     elif report.correct:
+        noisy = sum(within_noise(s.speedup, s.spread) for s in report.scenarios)
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios; geomean speedup over "
                       f"{report.speed_reference}: [bold]{fmt(report.geomean_speedup)}[/]"
-                      )
+                      + (f" [yellow]({noisy} of {len(report.scenarios)} scenarios within their noise: their spread "
+                         f"exceeds their gain)[/]" if noisy else ""), soft_wrap=True)
         for name, value in report.baseline_geomeans.items():
             console.print(f"  candidate speed relative to {name}: {fmt(value)}")
     else:
