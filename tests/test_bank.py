@@ -222,3 +222,16 @@ def test_devices_field_round_trip_and_validation(tmp_path):
     path = write_bank(tmp_path / "c", [{**GOOD, "devices": ["tpu"]}])
     with pytest.raises(BadInput, match="field 'devices.0'"):
         load_file(path)
+
+
+def test_spelling_variants_and_short_forms_are_near_duplicates(tmp_path):
+    """'vectorise' and 'vectorize', 'head dim' and 'head dimension' say the same thing: a question that differs
+    from one in the bank only by them is refused."""
+    first = "Does vectorizing the loads over the head dimension change the kernel's memory throughput?"
+    again = "Does vectorising the loads over the head dim change the kernel's memory throughput?"
+    runner = CliRunner()
+    added = runner.invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", first, "--layer", "memory"])
+    assert added.exit_code == 0, added.output
+    refused = runner.invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", again, "--layer", "memory"])
+    assert refused.exit_code == 2 and "near-duplicates (1.00 similar) question" in refused.output, refused.output
+    assert len(list((tmp_path / "b").glob("*.yaml"))) == 1

@@ -100,6 +100,20 @@ SYNONYMS = {
     "tiles": "tile", "rows": "row", "columns": "column", "kernels": "kernel", "threads": "thread",
 }
 STOPWORDS_EXTRA = {"per", "all", "both", "same", "any", "ever", "still", "also", "here", "now"}
+# Short forms people write for the same word.
+ABBREVIATIONS = {"dim": "dimension", "dims": "dimension", "seq": "sequence", "seqlen": "sequence", "len": "length",
+                 "param": "parameter", "params": "parameter", "reg": "register", "mem": "memory",
+                 "perf": "performance", "util": "utilization", "occ": "occupancy", "bw": "bandwidth",
+                 "addr": "address", "buf": "buffer", "bufs": "buffer", "iter": "iteration", "iters": "iteration"}
+# British spellings folded into American ones: vectorise -> vectorize, behaviour -> behavior.
+_BRITISH = [(re.compile(r"(?<=\w\w)is(e|ed|es|ing|ation|ations)$"), r"iz\1"), (re.compile(r"(?<=\w)our$"), "or"),
+            (re.compile(r"(?<=\w)ours$"), "ors")]
+
+
+def _american(word: str) -> str:
+    for pattern, replacement in _BRITISH:
+        word = pattern.sub(replacement, word)
+    return word
 
 
 @lru_cache(maxsize=65536)
@@ -110,6 +124,7 @@ def tokens(text: str) -> frozenset[str]:
         text = re.sub(pattern, replacement, text)
     out = set()
     for word in _words(text):
+        word = _american(ABBREVIATIONS.get(word, word))
         word = SYNONYMS.get(word, word)
         if word in STOPWORDS or word in STOPWORDS_EXTRA or len(word) < 2:
             continue
