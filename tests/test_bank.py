@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from evokernel.bank import LAYERS, TRIGGERS, lint_questions, load_bank, shape_problems
-from evokernel.bank.lint import similarity
+from evokernel.bank.lint import GPU_WORDS, similarity
 from evokernel.bank.questions import Question, load_file
 from evokernel.cli import main
 from evokernel.errors import BadInput
@@ -181,10 +181,6 @@ def test_a_question_file_above_the_size_limit_is_refused_in_one_line(tmp_path):
     assert str(path) in result.output and "more than a question file may hold" in result.output
 
 
-GPU_WORDS = ("shared memory", "shared-memory", "tensor", "coalesc", "warp", "multiprocessor", "thread block",
-             "gpu", "stream")
-
-
 def test_gpu_only_questions_are_tagged_and_never_asked_of_a_cpu_task():
     import random
 
@@ -192,7 +188,7 @@ def test_gpu_only_questions_are_tagged_and_never_asked_of_a_cpu_task():
 
     bank = load_bank()
     for question in bank:
-        if any(word in question.text.lower() for word in GPU_WORDS):
+        if GPU_WORDS.search(question.text) or "gpu" in question.text.lower():
             assert question.devices == ["gpu"], question.id
     assert all(bank.for_trigger(trigger, "cpu") for trigger in TRIGGERS)  # every trigger still has questions
     rng = random.Random(0)
@@ -235,3 +231,20 @@ def test_spelling_variants_and_short_forms_are_near_duplicates(tmp_path):
     refused = runner.invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", again, "--layer", "memory"])
     assert refused.exit_code == 2 and "near-duplicates (1.00 similar) question" in refused.output, refused.output
     assert len(list((tmp_path / "b").glob("*.yaml"))) == 1
+
+
+def test_a_question_about_gpu_hardware_is_for_gpu_tasks_only(tmp_path):
+    """A CPU task was asked about "global memory": the words of GPU hardware need devices: [gpu]."""
+    text = "Does the kernel read each input byte from global memory exactly once per output tile?"
+    runner = CliRunner()
+    refused = runner.invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", text, "--layer", "memory"])
+    assert refused.exit_code == 2 and "speaks of GPU hardware ('global memory')" in refused.output
+    added = runner.invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", text, "--layer", "memory",
+                                 "--device", "gpu"])
+    assert added.exit_code == 0, added.output
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "q.yaml").write_text(yaml.safe_dump({"questions": [
+        {"id": "warps-idle", "text": "How long do the warps wait at the barrier before each tile is ready?",
+         "triggers": ["default"], "layers": ["pipeline"]}]}))
+    problems = [str(p) for p in lint_questions(load_bank([tmp_path / "c"], builtin=False))]
+    assert any("speaks of GPU hardware ('warps')" in p for p in problems), problems

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from evokernel.bank.lint import duplicate_problems, shape_problems
+from evokernel.bank.lint import device_problems, duplicate_problems, shape_problems
 from evokernel.bank.questions import LAYERS, Question, error_message, load_bank, slug, write_question
 from evokernel.errors import BadInput
 
@@ -31,7 +31,8 @@ def admit_question(directory: Path, text: str, triggers: list[str], layers: list
         raise BadInput(f"question '{question_id}': field '{field}': {error_message(error)}") from None
     if question.id in bank.questions:
         raise BadInput(f"question '{question.id}': id already used in {bank.files[question.id]} (give --id)")
-    reasons = shape_problems(question.text) + duplicate_problems(question.text, list(bank))
+    reasons = (shape_problems(question.text) + device_problems(question.text, question.devices)
+               + duplicate_problems(question.text, list(bank)))
     if reasons:
         raise BadInput(f"question '{question.id}' refused: " + "; ".join(reasons))
     if not question.layers:  # the lint refuses a question without one: it is never written

@@ -36,6 +36,11 @@ SUGGESTION_PATTERNS = [
     r"\bwhy not\b", r"\bhave you (tried|considered|thought)\b", r"\b(what|how) about\b", r"\bplease\b",
     r"\b(can|could|would|will) you\b", r"\bshouldn't you\b", r"\bjust\b",
 ]
+# Words of GPU hardware: a question that uses them is for GPU tasks only (`devices: [gpu]`); asked of a CPU
+# task it points at nothing there.
+GPU_WORDS = re.compile(r"\b(global memory|shared memory|warps?|tensor cores?|SMs?|streaming multiprocessors?|"
+                       r"occupancy|thread ?blocks?|CTAs?|wgmma|TMA|kernel launch(?:es)?|device memory|"
+                       r"bank conflicts?|coalesc\w*|HBM|L2 cache)\b", re.IGNORECASE)
 STOPWORDS = {"the", "and", "this", "that", "are", "does", "what", "which", "how", "for", "from", "with",
              "its", "any", "each", "every", "than", "or", "of", "to", "in", "is", "it", "on", "a", "an",
              "be", "by", "you", "your", "there", "their", "one", "more", "into", "only", "at", "do", "as"}
@@ -153,6 +158,15 @@ def _describe(text: str, other: Question, score: float) -> str:
     return f"{kind} question '{other.id}': \"{other.text}\""
 
 
+def device_problems(text: str, devices: list[str]) -> list[str]:
+    """Why `text` does not fit the devices it would be asked on (a question about GPU hardware asked of CPUs)."""
+    gpu_word = GPU_WORDS.search(text)
+    if gpu_word and list(devices) != ["gpu"]:
+        return [f"speaks of GPU hardware ('{gpu_word.group(0)}') but would be asked of CPU tasks too: give it "
+                "devices: [gpu] (--device gpu)"]
+    return []
+
+
 def duplicate_problems(text: str, others: list[Question], own_id: str | None = None) -> list[str]:
     """Why `text` repeats a question in `others` (same or near-same wording, synonyms folded)."""
     mine, reasons = tokens(text), []
@@ -217,4 +231,5 @@ def lint_questions(questions: list[Question], files: dict[str, Path] | None = No
             problems.append(Problem(file, question.id, f"also near-duplicates {more} more questions"))
         if not question.layers:
             problems.append(Problem(file, question.id, "has no layer tag: name the part of the system it points at"))
+        problems += [Problem(file, question.id, r) for r in device_problems(question.text, question.devices)]
     return problems
