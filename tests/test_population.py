@@ -17,7 +17,6 @@ def test_a_rejected_kernel_never_outranks_a_correct_one():
     assert tools.selBest([rejected, slow], 1)[0].id == 2
     random.seed(0)
     picks = tools.selTournament([rejected, slow], 50, tournsize=2)
-    assert all(p.id == 2 for p in picks if p.id != 1)
     assert sum(p.id == 2 for p in picks) > sum(p.id == 1 for p in picks)
 
 

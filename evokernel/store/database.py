@@ -221,9 +221,6 @@ class Store:
             row["triggers"], row["layers"] = json.loads(row["triggers"]), json.loads(row["layers"])
         return rows
 
-    def set_question_status(self, question_id: str, status: str) -> None:
-        self.db.execute("UPDATE proposed_questions SET status = ? WHERE id = ?", (status, question_id))
-
     # -- questions people asked (`evokernel ask`) -------------------------------------------------
     def add_human_question(self, question: HumanQuestion) -> bool:
         """Record a question the driver received; False when it was already recorded (received before a
