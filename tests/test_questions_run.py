@@ -14,7 +14,7 @@ import yaml
 from evokernel.harness import get_task
 from fake_llm_server import FakeLLMServer
 
-QUESTION = ("Do neighbouring thread blocks reuse the same K and V rows from the L2 cache, "
+QUESTION = ("Do neighbouring query blocks reuse the same K and V rows from the cache, "
             "or does each fetch them again from memory?")
 PROPOSED = "Does the key block fit in the L1 cache together with the query block for every head dimension?"
 
@@ -62,7 +62,7 @@ def test_a_user_question_is_asked_in_a_run_and_shows_in_bank_stats(tmp_path):
     assert stats.returncode == 0, stats.stderr
     row = next(line for line in stats.stdout.splitlines() if "l2-reuse" in line)
     cells = row.split("\t")  # piped output: one tab-separated line per question
-    assert int(cells[1]) == asked and int(cells[2]) >= 1 and "neighbouring thread blocks" in stats.stdout
+    assert int(cells[1]) == asked and int(cells[2]) >= 1 and "neighbouring query blocks" in stats.stdout
     review = evokernel("bank", "review", str(run_dir), cwd=tmp_path, env=env)
     better = int(cells[3])
     assert (PROPOSED[:40] in review.stdout) == (better > 0), review.stdout
