@@ -163,18 +163,21 @@ def test_worker_ends_itself_when_its_parent_is_gone(tmp_path):
 
 def test_a_screened_candidate_near_the_best_is_timed_interleaved():
     """With reused reference times, `confirm_above` decides: a screened geomean at least that high is timed
-    interleaved with the reference (and refreshes the reused times); one below stays screened."""
-    from evokernel.harness import check as check_module
+    interleaved with the reference (and refreshes the reused times); one below stays screened. Reference times
+    are the evaluation slot's: a check in another slot reuses nothing."""
+    from evokernel.harness import Slot
 
-    check_module._REFERENCE_TIMES.clear()
+    slot = Slot()
     try:
         options = CheckOptions(scenario_set="quick", rounds=5, reference_reuse_s=600)
-        assert not check_kernel(TASK.original, TASK, options).reference_reused
-        confirmed = check_kernel(TASK.original, TASK, dataclasses.replace(options, confirm_above=0.01))
+        assert not check_kernel(TASK.original, TASK, options, slot).reference_reused
+        confirmed = check_kernel(TASK.original, TASK, dataclasses.replace(options, confirm_above=0.01), slot)
         assert confirmed.correct and not confirmed.reference_reused, confirmed.failure
-        screened = check_kernel(TASK.original, TASK, dataclasses.replace(options, confirm_above=100.0))
+        screened = check_kernel(TASK.original, TASK, dataclasses.replace(options, confirm_above=100.0), slot)
         assert screened.correct and screened.reference_reused, screened.failure
-        stale = check_kernel(TASK.original, TASK, dataclasses.replace(options, reference_reuse_s=0.0))
+        other_slot = check_kernel(TASK.original, TASK, dataclasses.replace(options, confirm_above=100.0))
+        assert other_slot.correct and not other_slot.reference_reused
+        stale = check_kernel(TASK.original, TASK, dataclasses.replace(options, reference_reuse_s=0.0), slot)
         assert stale.correct and not stale.reference_reused  # too old: interleaved again
     finally:
-        check_module._REFERENCE_TIMES.clear()
+        slot.close()

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from evokernel.harness import CheckOptions, check_kernel, get_task
+from evokernel.harness import CheckOptions, Slot, check_kernel, get_task
 from evokernel.harness import check as check_module
 from evokernel.harness.judge import judge
 from evokernel.harness.report import CheckReport
@@ -16,7 +16,7 @@ from evokernel.harness.report import CheckReport
 TASK = get_task("attention-fwd-cpu")
 
 
-def recorded_check(options: CheckOptions):
+def recorded_check(options: CheckOptions, slot: Slot | None = None):
     """(outcome, request, report) of a real check of the original kernel, the worker's outcome kept."""
     seen = {}
     real = check_module.run_worker
@@ -28,7 +28,7 @@ def recorded_check(options: CheckOptions):
 
     check_module.run_worker = recording
     try:
-        report = check_kernel(TASK.original, TASK, options)
+        report = check_kernel(TASK.original, TASK, options, slot)
     finally:
         check_module.run_worker = real
     return seen["outcome"], seen["request"], report
@@ -149,12 +149,12 @@ def test_a_malformed_message_is_a_corrupted_channel_not_a_crash(honest):
 def screened():
     """(outcome, request, report) of a check screened against reused speed-reference times, never confirmed."""
     options = CheckOptions(scenario_set="quick", rounds=5, reference_reuse_s=600)
-    check_module._REFERENCE_TIMES.clear()
+    slot = Slot()
     try:
-        first = check_kernel(TASK.original, TASK, options)  # interleaved: nothing to reuse yet
-        outcome, request, report = recorded_check(options)
+        first = check_kernel(TASK.original, TASK, options, slot)  # interleaved: nothing to reuse yet
+        outcome, request, report = recorded_check(options, slot)
     finally:
-        check_module._REFERENCE_TIMES.clear()
+        slot.close()
     assert first.correct and not first.reference_reused, first.failure
     assert report.correct and report.reference_reused, report.failure
     assert [s.original_time_ms for s in report.scenarios] == [s.original_time_ms for s in first.scenarios]

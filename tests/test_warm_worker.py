@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.harness import CheckOptions, check, check_source, get_task, jit_cache, sandbox, supervisor
+from evokernel.harness import CheckOptions, Slot, check, check_source, get_task, jit_cache, sandbox, supervisor
 from planted import CPU, CPU_OUTPUT_SIZE, CUDA, CUDA_OUTPUT_BYTES, SYSCALLS, chain
 
 TASK = get_task("attention-fwd-cpu")
@@ -44,41 +44,48 @@ int evk_attention_fwd(const evk_attention_params* p) {{
 OPTIONS = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True)
 
 
-def test_each_candidate_starts_clean_in_a_warm_worker():
+@pytest.fixture
+def slot():
+    """An evaluation slot for the test's checks; closed after it (no worker left waiting)."""
+    made = Slot()
+    yield made
+    made.close()
+
+
+def test_each_candidate_starts_clean_in_a_warm_worker(slot):
     source = LEAVES_STATE(ORIGINAL)
     for evaluation in range(3):
-        report = check_source(source, TASK, OPTIONS)
+        report = check_source(source, TASK, OPTIONS, slot=slot)
         assert report.correct, f"evaluation {evaluation + 1} saw state left by an earlier one: {report.failure}"
-        waiting = supervisor._WARM[("cpu", False, TASK.directory)]
+        waiting = slot.warm[("cpu", False, TASK.directory)]
         assert waiting.proc.poll() is None  # the next evaluation's worker is started and waiting
 
 
-def test_a_cold_worker_makes_its_device_context_on_request_and_a_warm_one_before():
+def test_a_cold_worker_makes_its_device_context_on_request_and_a_warm_one_before(slot):
     """A worker started for the check makes its device context after the request (a phase of the check);
     the worker kept warm for the next check is told to make it once the previous check's worker ended."""
-    cold = check_source(ORIGINAL, TASK, CheckOptions(scenario_set="quick", rounds=3))
+    cold = check_source(ORIGINAL, TASK, CheckOptions(scenario_set="quick", rounds=3), slot=slot)
     assert cold.correct and "device start" in cold.phase_seconds, cold.phase_seconds
-    check_source(ORIGINAL, TASK, OPTIONS)  # leaves a warm worker, prepared
-    warm = check_source(ORIGINAL, TASK, OPTIONS)
+    check_source(ORIGINAL, TASK, OPTIONS, slot=slot)  # leaves a warm worker in the slot, prepared
+    warm = check_source(ORIGINAL, TASK, OPTIONS, slot=slot)
     assert warm.correct and "device start" not in warm.phase_seconds, warm.phase_seconds
 
 
-def test_without_bubblewrap_the_runner_still_leaves_no_file(monkeypatch):
+def test_without_bubblewrap_the_runner_still_leaves_no_file(monkeypatch, slot):
     """Where nothing isolates (/tmp shared) the first evaluation's kernel still cannot create its file: once
     a kernel is loaded, its runner's seccomp filter refuses opening files. (The CUDA form below, whose
     kernels still run in the worker, shows what the probe finds without isolation.)"""
     monkeypatch.setenv("EVOKERNEL_ISOLATION", "none")
     sandbox.isolation.cache_clear()
-    supervisor._discard_warm()
     leftover = "/tmp/evk-leftover"
     try:
-        first = check_source(LEAVES_STATE(ORIGINAL), TASK, OPTIONS)
+        first = check_source(LEAVES_STATE(ORIGINAL), TASK, OPTIONS, slot=slot)
         created = os.path.exists(leftover)
-        second = check_source(LEAVES_STATE(ORIGINAL), TASK, OPTIONS)
+        second = check_source(LEAVES_STATE(ORIGINAL), TASK, OPTIONS, slot=slot)
     finally:
         if os.path.exists(leftover):
             os.unlink(leftover)
-        supervisor._discard_warm()
+        slot.close()
         sandbox.isolation.cache_clear()
     assert first.correct and second.correct, (first.failure, second.failure)
     assert not created
@@ -109,22 +116,16 @@ extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t str
 
 
 @pytest.mark.gpu
-def test_device_state_of_one_candidate_never_reaches_the_next():
+def test_device_state_of_one_candidate_never_reaches_the_next(slot):
     """Device memory held and files left by one candidate are gone when the next one runs (its worker was
     started during the earlier check: its device context is made only after that check's worker ended)."""
     task = get_task("attention-fwd")
     source = CUDA_LEAVES_STATE(task.original.read_text())
     options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True)
     for evaluation in range(3):
-        report = check_source(source, task, options)
+        report = check_source(source, task, options, slot=slot)
         assert report.correct, f"evaluation {evaluation + 1} saw state left by an earlier one: {report.failure}"
-        assert supervisor._WARM[("cuda", True, task.directory)].proc.poll() is None
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_workers():
-    yield
-    supervisor._discard_warm()
+        assert slot.warm[("cuda", True, task.directory)].proc.poll() is None
 
 
 def test_the_sandbox_shows_the_package_but_not_the_checkout_around_it(tmp_path, monkeypatch):
@@ -317,7 +318,6 @@ def compiling_library(tmp_path, monkeypatch):
         "import numpy as np\n", "import numpy as np\n\nfrom evokernel.harness.task import Baseline\n", 1)
         + LIBRARY_THAT_COMPILES)
     monkeypatch.setenv("EVOKERNEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(supervisor, "_JIT_WARMED", set())
     monkeypatch.setattr(check, "run_worker", lambda *args, **kwargs: supervisor.run_worker(*args, **{**kwargs, "devices": True}))
     return get_task(str(task_dir))
 
@@ -326,10 +326,10 @@ def _contents(directory: Path) -> dict[str, str]:
     return {path.name: path.read_text() for path in directory.iterdir()}
 
 
-def test_only_the_warmer_writes_the_jit_cache_that_workers_copy(compiling_library):
+def test_only_the_warmer_writes_the_jit_cache_that_workers_copy(compiling_library, slot):
     """cuDNN compiles its kernels from PTX at a shape's first call in each process; the driver keeps the result
     only in a cache it can write. Every worker of a GPU task gets a private copy of a master cache; the master
-    is written only by a warmer, which runs the task's library code once per search and never a candidate. A
+    is written only by a warmer, which runs the task's library code once per slot and never a candidate. A
     candidate that rewrites its copy changes nothing the next worker or later checks see. (The CPU task with
     devices on stands in for a GPU task: no GPU here.)"""
     task = compiling_library
@@ -337,34 +337,76 @@ def test_only_the_warmer_writes_the_jit_cache_that_workers_copy(compiling_librar
     warm = {"speed_reference": "library", "scenarios": [asdict(s) for s in scenarios]}
     key = ("cpu", True, task.directory)
 
-    supervisor.warm_jit_cache(key, warm, limit_s=60)
+    supervisor.warm_jit_cache(key, warm, limit_s=60, slot=slot)
     compiled = {f"compiled-{s.name}": "code the library compiled" for s in scenarios}
     assert _contents(jit_cache.master()) == compiled
 
     options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="library")
-    report = check_source(_rewrites_jit_copy(f"compiled-{scenarios[0].name}")(ORIGINAL), task, options)
+    report = check_source(_rewrites_jit_copy(f"compiled-{scenarios[0].name}")(ORIGINAL), task, options, slot=slot)
     assert report.correct, report.failure
-    assert _contents(jit_cache.master()) == compiled  # the warmer ran once per process: not again for the check
-    waiting = supervisor._WARM[key]
+    assert _contents(jit_cache.master()) == compiled  # the warmer ran once per slot: not again for the check
+    waiting = slot.warm[key]
     assert _contents(Path(waiting.holder.name) / "scratch" / jit_cache.DIRECTORY) == compiled
 
-    # once per process: a warm-up asked for again does not run again
+    # once per slot: a warm-up asked for again does not run again
     shutil.rmtree(jit_cache.master())
-    supervisor.warm_jit_cache(key, warm, limit_s=60)
+    supervisor.warm_jit_cache(key, warm, limit_s=60, slot=slot)
     assert not jit_cache.master().exists()
 
 
 def test_a_check_against_a_library_warms_the_jit_cache_first_and_one_against_a_built_kernel_does_not(
-        compiling_library):
+        compiling_library, slot):
     """The warmer is started by the checks themselves (a search calls nothing else): the first check in this
     process against a library speed reference fills the master before its own worker starts. A built kernel
     as the speed reference compiles nothing in a library, so no warmer runs for it."""
     task = compiling_library
     options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="original")
-    assert check_source(ORIGINAL, task, options).correct
+    assert check_source(ORIGINAL, task, options, slot=slot).correct
     assert not jit_cache.master().exists()
 
     options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="library")
-    assert check_source(ORIGINAL, task, options).correct
+    assert check_source(ORIGINAL, task, options, slot=slot).correct
     assert _contents(jit_cache.master()) == {f"compiled-{s.name}": "code the library compiled"
                                              for s in task.scenarios("quick")}
+
+
+def _workers_of_this_process() -> list[int]:
+    """Worker processes started by this process (bubblewrap or the interpreter running the worker module)."""
+    me, found = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me and "evokernel.harness.worker" in command:
+            found.append(int(entry.name))
+    return found
+
+
+def test_two_slots_checking_at_once_leave_no_worker_behind():
+    """Two evaluation slots run checks with warm workers at the same time (as the local evaluator's threads
+    do): each keeps its own next worker, so none is overwritten and left unreaped; closing the slots leaves no
+    worker process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    slots = [Slot(), Slot()]
+
+    def checks(slot: Slot) -> list[bool]:
+        return [check_source(ORIGINAL, TASK, OPTIONS, slot=slot).correct for _ in range(2)]
+
+    try:
+        with ThreadPoolExecutor(2) as pool:  # (a worker dies with the thread that started it: check in here)
+            results = list(pool.map(checks, slots))
+            assert results == [[True, True], [True, True]]
+            waiting = [slot.warm[("cpu", False, TASK.directory)] for slot in slots]
+            assert waiting[0] is not waiting[1] and all(w.proc.poll() is None for w in waiting)
+            assert sorted(_workers_of_this_process()) == sorted(w.proc.pid for w in waiting)  # none overwritten
+            for slot in slots:
+                slot.close()
+            assert _workers_of_this_process() == []
+    finally:
+        for slot in slots:
+            slot.close()

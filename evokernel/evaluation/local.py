@@ -8,6 +8,7 @@ kill past a deadline and nothing to prebuild: a check builds its candidate itsel
 from __future__ import annotations
 
 import os
+import queue
 import socket
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -17,7 +18,7 @@ from typing import Any
 from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
-from evokernel.harness import CheckOptions, check_source, get_task
+from evokernel.harness import CheckOptions, Slot, check_source, get_task
 
 
 @dataclass
@@ -28,7 +29,8 @@ class _Call:
 
 
 class LocalEvaluator(Evaluator):
-    """`slots` checks at once, each in a thread of this process."""
+    """`slots` checks at once, each in a thread of this process and in an evaluation slot of its own (its
+    warm worker and reused reference times: no two checks at once share them)."""
 
     def __init__(self, task: str, options: CheckOptions, slots: int) -> None:
         super().__init__(slots)
@@ -37,6 +39,9 @@ class LocalEvaluator(Evaluator):
         self.options = options
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.threads = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="evaluation")
+        self.idle_slots: queue.Queue[Slot] = queue.Queue()
+        for _ in range(slots):
+            self.idle_slots.put(Slot())
 
     @classmethod
     def start(cls, resources: ResourceConfig, task: str, options: CheckOptions) -> "LocalEvaluator":
@@ -53,8 +58,15 @@ class LocalEvaluator(Evaluator):
         return cls(task, options, 1)
 
     def submit(self, key: Any, source: str, label: str, options: CheckOptions | None = None) -> None:
-        future = self.threads.submit(check_source, source, self.task, options or self.options, label)
+        future = self.threads.submit(self._check, source, options or self.options, label)
         self.calls[future] = _Call(key, label, self._started())
+
+    def _check(self, source: str, options: CheckOptions, label: str):
+        slot = self.idle_slots.get()  # one is idle: no more checks run than there are slots
+        try:
+            return check_source(source, self.task, options, label, slot)
+        finally:
+            self.idle_slots.put(slot)
 
     def wait(self, timeout: float) -> list[Finished]:
         if not self.calls:
@@ -75,3 +87,5 @@ class LocalEvaluator(Evaluator):
     def shutdown(self) -> None:
         self.threads.shutdown(wait=False, cancel_futures=True)
         self.calls = {}
+        while not self.idle_slots.empty():  # (a check still running keeps its slot, closed at exit)
+            self.idle_slots.get().close()

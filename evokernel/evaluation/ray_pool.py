@@ -17,7 +17,7 @@ from typing import Any
 from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
-from evokernel.harness import CheckOptions, Task, check_source, get_task
+from evokernel.harness import CheckOptions, Slot, Task, check_source, get_task
 from evokernel.harness.check import build_checked
 
 DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
@@ -53,11 +53,12 @@ class _Evaluator:
         self.task = task
         self.options = CheckOptions(**options)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.slot = Slot()  # this actor's GPU: its warm worker and reference times
 
     def evaluate(self, source: str, label: str, options: dict | None = None) -> tuple[dict, str]:
         """Check one source (with other options for a re-check); returns the report and this worker's name."""
         chosen = CheckOptions(**options) if options else self.options
-        return check_source(source, self.task, chosen, kernel_name=label).to_dict(), self.name
+        return check_source(source, self.task, chosen, kernel_name=label, slot=self.slot).to_dict(), self.name
 
 
 def _prebuild(source: str, task: str) -> None:

@@ -15,6 +15,7 @@ from evokernel.harness.protocol import CheckRequest
 from evokernel.harness.report import CheckReport
 from evokernel.harness.runner import build_runner
 from evokernel.harness.sandbox import isolation
+from evokernel.harness.slot import Slot
 from evokernel.harness.supervisor import run_worker
 from evokernel.harness.task import Task
 from evokernel.harness.tasks import get_task
@@ -94,22 +95,26 @@ def _resolve_speed_reference(task: Task, speed_reference: str) -> tuple[str, Pat
     return "file", result.library
 
 
-# Speed-reference medians of the last interleaved check in this process, by (task, scenario set, speed
-# reference, visible GPUs): (when measured, one median per scenario). A search's evaluation slot is one
-# process holding one GPU, so these are times of that GPU.
-_REFERENCE_TIMES: dict[tuple, tuple[float, list[float]]] = {}
-
-
-def _reusable_reference_ms(key: tuple, options: CheckOptions) -> list[float] | None:
-    if options.reference_reuse_s is None or options.baselines or not options.time_kernels or key not in _REFERENCE_TIMES:
+def _reusable_reference_ms(slot: Slot, key: tuple, options: CheckOptions) -> list[float] | None:
+    """The speed reference's medians from this slot's last interleaved check like this one (a slot holds one
+    GPU, so they are times of that GPU), if recent enough to screen against."""
+    times = slot.reference_times
+    if options.reference_reuse_s is None or options.baselines or not options.time_kernels or key not in times:
         return None
-    measured_at, medians = _REFERENCE_TIMES[key]
+    measured_at, medians = times[key]
     return medians if time.time() - measured_at <= options.reference_reuse_s else None
 
 
 def check_source(source: str, task: Task | str, options: CheckOptions | None = None,
-                 kernel_name: str = "<source>") -> CheckReport:
-    """Check kernel source text; never raises for a bad kernel (only for bad options)."""
+                 kernel_name: str = "<source>", slot: Slot | None = None) -> CheckReport:
+    """Check kernel source text; never raises for a bad kernel (only for bad options). `slot` is the evaluation
+    slot the check runs in (its warm worker and reused reference times); without one, the check has its own."""
+    if slot is None:
+        slot = Slot()
+        try:
+            return check_source(source, task, options, kernel_name, slot)
+        finally:
+            slot.close()
     options = options or CheckOptions()
     task = get_task(task) if isinstance(task, str) else task
     scenarios = task.scenarios(options.scenario_set)
@@ -145,16 +150,16 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     )
     reference_key = (str(task.directory), options.scenario_set, options.speed_reference,
                      os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-    request.reference_ms = _reusable_reference_ms(reference_key, options)
+    request.reference_ms = _reusable_reference_ms(slot, reference_key, options)
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
                          START_LIMIT_S[task.backend], devices=task.backend == "cuda", keep_warm=options.warm_worker,
-                         task_dir=task.directory,
+                         task_dir=task.directory, slot=slot,
                          runner=build_runner(cache_home()) if request.runner else None)
     report.check_seconds = round(time.perf_counter() - started, 3)
     judge(report, outcome, task, scenarios, request)
     medians = [s.original_time_ms for s in report.scenarios]
     if report.correct and request.time and not report.reference_reused and all(ms and ms > 0 for ms in medians):
-        _REFERENCE_TIMES[reference_key] = (time.time(), medians)
+        slot.reference_times[reference_key] = (time.time(), medians)
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})
     # worker start: process start, runtime import (torch), device context, loading the kernels
     report.phase_seconds = {"build": report.build_seconds or 0.0,
@@ -162,11 +167,12 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     return report
 
 
-def check_kernel(path: Path, task: Task | str, options: CheckOptions | None = None) -> CheckReport:
+def check_kernel(path: Path, task: Task | str, options: CheckOptions | None = None,
+                 slot: Slot | None = None) -> CheckReport:
     """Check a kernel file (see `check_source`)."""
     if not path.is_file():
         raise BadInput(f"kernel file not found: {path}")
-    report = check_source(path.read_text(), task, options, kernel_name=str(path))
+    report = check_source(path.read_text(), task, options, kernel_name=str(path), slot=slot)
     # compiler messages name the file the user gave, not where it was compiled
     report.failure = show_source_paths(report.failure, str(path))
     report.build_log = show_source_paths(report.build_log, str(path))

@@ -6,7 +6,6 @@ the whole run within its backstop) and ended with everything it started. The iso
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import os
@@ -24,10 +23,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from evokernel.harness import jit_cache
-from evokernel.harness.sandbox import (SCRATCH, Isolation, bwrap_command, clean_environment, isolation, limit_files,
-                                       python_paths)
 from evokernel.harness.protocol import CheckRequest
 from evokernel.harness.runner import BINARY_NAME as RUNNER_NAME
+from evokernel.harness.sandbox import (SCRATCH, Isolation, bwrap_command, clean_environment, isolation, limit_files,
+                                       python_paths)
+from evokernel.harness.slot import Slot
 from evokernel.harness.task import BUILT_SPEED_REFERENCES
 
 MEMORY_POLL_S = 0.05
@@ -146,8 +146,6 @@ class _Started:
         self.holder.cleanup()
 
 
-_WARM: dict[tuple[str, bool, Path], _Started] = {}  # one started worker per (backend, devices, task), for the next check
-_JIT_WARMED: set[str] = set()  # (backend, devices, task, what was warmed up) whose warmer has run in this process
 
 
 @lru_cache(maxsize=None)
@@ -197,15 +195,15 @@ def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
     return _Started(proc, holder, library, inside_library, reader, drain, box)
 
 
-def warm_jit_cache(key: tuple[str, bool, Path], warm: dict, limit_s: float) -> None:
-    """Once per process for each `key` and `warm`: a worker that never receives a candidate calls the library
+def warm_jit_cache(key: tuple[str, bool, Path], warm: dict, limit_s: float, slot: Slot) -> None:
+    """Once per evaluation slot for each `key` and `warm`: a worker that never receives a candidate calls the library
     speed reference on every scenario, and the code its driver compiled becomes the master cache that later
     workers copy (`jit_cache`). Call it only when no check is timing on the device. A warmer that fails or
     takes longer than `limit_s` publishes nothing: checks are then as slow as without the cache, not wrong."""
     memo = json.dumps([str(part) for part in key] + [warm], sort_keys=True)
-    if memo in _JIT_WARMED:
+    if memo in slot.jit_warmed:
         return
-    _JIT_WARMED.add(memo)
+    slot.jit_warmed.add(memo)
     warmer = _start(*key)
     try:
         warmer.prepare(warm, then_exit=True)
@@ -224,24 +222,19 @@ def _warm_up(request: CheckRequest) -> dict | None:
             if request.time else None)
 
 
-@atexit.register
-def _discard_warm() -> None:
-    while _WARM:
-        _WARM.popitem()[1].discard()
-
-
 def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
-               start_limit_s: float, devices: bool, task_dir: Path, keep_warm: bool = False,
+               start_limit_s: float, devices: bool, task_dir: Path, slot: Slot, keep_warm: bool = False,
                runner: Path | None = None) -> WorkerOutcome:
     """Run `python -m evokernel.harness.worker` on `request` in the sandbox; never raises for a bad kernel.
 
     The request goes in on stdin; the worker answers with JSON lines on a pipe. Built kernels are
     copied into a read-only directory (`kernels` maps a name to a built object; the worker finds them
-    by name), with the kernel runner `runner` where the backend runs kernels in one; the task's directory `task_dir` is readable, read-only. Each message may set `limit_s`, the
-    time until the next message must arrive; the first one must arrive within `start_limit_s`; `timeout_s`
-    bounds the whole run.
+    by name), with the kernel runner `runner` where the backend runs kernels in one; the task's directory
+    `task_dir` is readable, read-only. Each message may set `limit_s`, the time until the next message must
+    arrive; the first one must arrive within `start_limit_s`; `timeout_s` bounds the whole run.
 
-    With `keep_warm`, the worker for the next check starts now for a GPU task (its interpreter, runtime
+    The worker comes from `slot` when one was started for it there. With `keep_warm`, the slot's worker for
+    the next check starts now for a GPU task (its interpreter, runtime
     import and task load run on the host beside this check; for a CPU task, once this check has ended)
     and makes its device context once this check's worker has ended, so that no start-up touches the
     device while a call is timed; each worker still serves one candidate only.
@@ -249,14 +242,14 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
     key = (request.backend, devices, Path(task_dir))
     warm = _warm_up(request)
     if keep_warm and devices and warm and warm["speed_reference"] not in BUILT_SPEED_REFERENCES:
-        warm_jit_cache(key, warm, start_limit_s)  # a library's code, compiled once for the search
-    worker = _WARM.pop(key, None)
+        warm_jit_cache(key, warm, start_limit_s, slot)  # a library's code, compiled once for the search
+    worker = slot.warm.pop(key, None)
     if worker is None or worker.proc.poll() is not None:
         if worker is not None:
             worker.discard()
         worker = _start(*key)
     if keep_warm and devices:  # host work only; beside a CPU task's check it would share the timed cores
-        _WARM[key] = _start(*key)
+        slot.warm[key] = _start(*key)
     try:
         for name, path in kernels.items():
             shutil.copyfile(path, worker.library / f"{name}.so")
@@ -276,9 +269,9 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
         reported = bool(messages) and messages[-1].data["type"] == "done"
         _end(worker.proc, reported)
         if keep_warm:
-            if key not in _WARM:
-                _WARM[key] = _start(*key)
-            _WARM[key].prepare(warm)  # the next check in this slot most likely asks for the same
+            if key not in slot.warm:
+                slot.warm[key] = _start(*key)
+            slot.warm[key].prepare(warm)  # the next check in this slot most likely asks for the same
         worker.drain.join(timeout=2)
         seconds = time.perf_counter() - started
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]
