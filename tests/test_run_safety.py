@@ -238,3 +238,31 @@ def test_a_run_stopped_before_its_seeds_were_stored_gets_them_on_resume(tmp_path
     done = rows(run_dir)
     assert len(done) == 2 and done[0].operator == "seed" and done[0].status == "correct"
     assert "not even a seed" not in resumed.output
+
+
+def test_a_killed_drivers_ray_instance_does_not_outlive_it(tmp_path, local_ray):
+    """Ray's processes (GCS, raylet, agents, idle workers) outlive a driver killed with SIGKILL by a minute or
+    more; the run's own instance is ended within seconds."""
+    from evokernel.evaluation.ray_reaper import MARKER, instance_processes, still_running
+
+    runs = tmp_path / "runs"
+    driver = start_driver(str(make_config(tmp_path, 40)), "--runs-dir", str(runs))
+    try:
+        wait_for_ray_start(driver)
+        deadline = time.time() + 60
+        while "raylet" not in children(driver.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        kids = Path(f"/proc/{driver.pid}/task/{driver.pid}/children").read_text().split()
+        marks = [line for kid in kids for line in Path(f"/proc/{kid}/environ").read_bytes().split(b"\0")
+                 if line.startswith(MARKER.encode() + b"=")]  # (the driver's own /proc environ is its first one)
+        time.sleep(2)  # agents and workers started
+        instance = instance_processes(marks[0].split(b"=", 1)[1].decode())
+        assert len(instance) >= 4  # the GCS, the raylet, its agents and workers
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+        deadline = time.time() + 10
+        while still_running(instance) and time.time() < deadline:
+            time.sleep(0.2)
+        assert still_running(instance) == set()
+    finally:
+        stop(driver)

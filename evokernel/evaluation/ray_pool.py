@@ -10,7 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
+import sys
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,10 +43,22 @@ def connect(address: str | None) -> bool:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BadInput(f"cannot join the Ray cluster at '{address}': {str(exc).splitlines()[0]}") from None
     else:
+        _start_reaper()
         # A private local instance: its start-up notices (token set-up, "Started a local Ray instance") are noise.
         ray.init(num_cpus=os.cpu_count(), num_gpus=detect_gpus(), include_dashboard=False, log_to_driver=False,
                  logging_level=logging.ERROR)
     return True
+
+
+def _start_reaper() -> None:
+    """The local instance about to start ends with this driver, also when it is killed: its processes inherit
+    a mark from this environment, and a reaper kills the marked ones once this process is gone (`ray_reaper`)."""
+    from evokernel.evaluation.ray_reaper import MARKER
+
+    os.environ[MARKER] = instance = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    environment = {name: value for name, value in os.environ.items() if name != MARKER}
+    subprocess.Popen([sys.executable, "-m", "evokernel.evaluation.ray_reaper", str(os.getpid()), instance],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
 
 
 class _Evaluator:
