@@ -1,11 +1,12 @@
 """The question bank: questions (YAML), lint, when to ask (triggers), which to ask (policy), what paid (stats).
 
 Interface used by the search, the operators and the CLI:
-- `load_bank(dirs, builtin=True) -> Bank`; `Bank.for_trigger(trigger)`, `Bank.get(id)`; `Question`
-  (id, text, triggers, layers, notes); `question_text(id)` (built-in bank lookup, LookupError if unknown).
+- `load_bank(dirs, builtin=True) -> Bank`; `Bank.for_trigger(trigger, device)`, `Bank.get(id)`; `Question`
+  (id, text, triggers, layers, devices, notes); `question_text(id)` (built-in bank lookup, LookupError if unknown).
 - `lint_questions(questions, files) -> list[Problem]`; `shape_problems(text)`; `duplicate_problems(text, others)`;
-  `admit_question(dir, text, triggers, layers, id)` writes a question to a user bank after the lint.
-- `QuestionPolicy(bank, prior)`: `choose(trigger, rng, store) -> Question`, Thompson sampling on
+  `admit_question(dir, text, triggers, layers, id, notes, devices=...)` writes a question to a user bank after
+  the lint.
+- `QuestionPolicy(bank, prior, device)`: `choose(trigger, rng, store) -> Question`, Thompson sampling on
   "child beat its parent", counts from the live run's store plus `prior` (`prior_from_runs(config.bank.stats_from)`).
 - `configured_question_texts(run_dirs)`: the texts of the questions in the banks those runs were configured
   with. The bank reads runs only through `evokernel.store`; per-question statistics over runs are
@@ -18,7 +19,7 @@ Interface used by the search, the operators and the CLI:
 - `needs_recheck(parent_fitness, child_fitness, report, config.triggers)` (why: `recheck_reason`) and `recheck_options(options,
   config.triggers, rng)`: a child with a suspicious gain is checked again by the harness with more trials
   and a fresh seed; only the re-check's verdict may make it the best.
-- `parse_proposed_question(answer)`, `review_proposed(store, id, accept, bank_dir)`, `PROPOSAL_FORMAT`:
+- `parse_proposed_question(answer)`, `review_proposed(store, id, accept, bank_dir, layers)`, `PROPOSAL_FORMAT`:
   LLM-proposed questions are stored as `proposed` and join a bank only when accepted (`evokernel bank review`).
 """
 
