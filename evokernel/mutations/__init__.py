@@ -2,8 +2,8 @@
 
 An operator is one module of this package holding a class decorated with `register`: the class's
 `name`, `arity` and `uses_llm` and the registration's default weight are all that the config (which
-accepts the weight of any registered name) and the search (which builds a DEAP toolbox from the
-operators whose weight is positive, those that use an LLM only when a model is configured) need.
+accepts the weight of any registered name) and the search (which uses the operators whose weight is
+positive, those that use an LLM only when a model is configured) need.
 Knob operators need no LLM; question operators ask a question from the bank through an LLM.
 Interface: `Parent`, `Proposal`, `ProposalFailed`, `AnswerPending`, `Context`, `Operator`, `Registration`, `register`,
 `operators`, `llm_operator_names`.

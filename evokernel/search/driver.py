@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from deap import base
 
 from evokernel.bank import TriggerMonitor, recheck_options, recheck_reason
 from evokernel.config import RunConfig
@@ -75,7 +74,6 @@ class Search:
         self.notify = notes.append  # said once the run is open: a refused run says only why
         self.seeds = [] if resume else runs.seed_sources(config, self.task)  # bad input: before anything is written
         self.seed_files = {normalized_hash(source): path for path, source in self.seeds}
-        self.toolbox = base.Toolbox()
         self.ops: dict[str, Operator] = {}
         self.weights: dict[str, float] = {}
         self._setup_operators(operator_set)
@@ -134,7 +132,6 @@ class Search:
         if operator_set is None:
             operator_set = configured_operators(self.config, self.notify)
         for name, (op, weight) in operator_set.items():
-            self.toolbox.register(name, op)
             self.ops[name], self.weights[name] = op, weight
         if not self.ops:
             raise BadInput("field 'operators': no usable operator has a positive weight")
@@ -205,7 +202,7 @@ class Search:
         return job
 
     def _call(self, job: Job, seed: float) -> Proposal:
-        operator = self.human_operator if job.question is not None else getattr(self.toolbox, job.operator)
+        operator = self.human_operator if job.question is not None else self.ops[job.operator]
         return operator(job.parents, self.contexts.make(seed, job.trigger, job.question))
 
     def _uses_llm(self, job: Job) -> bool:
