@@ -27,11 +27,6 @@ Device = Literal["gpu", "cpu"]
 MAX_FILE_BYTES = 1 << 20  # a question file is a few kilobytes; anything near this is not a question bank
 
 
-def device_for_backend(backend: str) -> str:
-    """The kind of device a task's backend runs on ("cuda" -> "gpu", "cpu" -> "cpu")."""
-    return {"cuda": "gpu"}.get(backend, backend)
-
-
 def error_message(error: dict) -> str:
     """A pydantic error's message without pydantic's "Value error, " prefix."""
     return str(error["msg"]).removeprefix("Value error, ")

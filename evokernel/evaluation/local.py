@@ -18,7 +18,7 @@ from typing import Any
 from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
-from evokernel.harness import CheckOptions, Slot, check_source, get_task
+from evokernel.harness import CheckOptions, Slot, check_source, get_task, profile_of
 
 
 @dataclass
@@ -48,7 +48,7 @@ class LocalEvaluator(Evaluator):
         """CPU tasks: `max_parallel` slots (default one: parallel timings on a few cores disturb each other).
         CUDA tasks: one slot, on a machine with a GPU (the threads share the device, so two would time
         each other's kernels)."""
-        if get_task(task).backend != "cuda":
+        if not profile_of(get_task(task).backend).devices:
             return cls(task, options, resources.max_parallel or 1)
         if (resources.max_parallel or 1) > 1:
             raise BadInput("field 'resources.max_parallel': the local evaluator times CUDA kernels one at a time "

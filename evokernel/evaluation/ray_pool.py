@@ -20,15 +20,9 @@ from typing import Any
 from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
-from evokernel.harness import CheckOptions, Slot, Task, check_source, get_task
+from evokernel.harness import CheckOptions, Slot, Task, check_source, get_task, profile_of
 from evokernel.harness.check import build_checked
 
-DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
-MAX_RESENDS = 5  # calls sent again to an actor that was restarting (it never ran them)
-RESEND_DELAY_S = 1.0
-# Queued CUDA candidates per slot compiled ahead: a Hopper-seed variant takes 6.5-9.3 s to build and a
-# screened check 4-5 s (H200, 2026-12-01), so with one queued per slot every other check waited for its build.
-BUILDS_AHEAD = 2
 
 
 def connect(address: str | None) -> bool:
@@ -109,7 +103,7 @@ class RayPool(Evaluator):
         self.actors = [remote.options(num_cpus=num_cpus, num_gpus=num_gpus).remote(task, asdict(options))
                        for _ in range(slots)]
         self.builds: list = []  # prebuilds in progress
-        self.builds_ahead = BUILDS_AHEAD if self.task.language == "cuda" else 0
+        self.builds_ahead = profile_of(self.task.backend).builds_ahead
         self._prebuild = ray.remote(num_cpus=1, max_retries=0)(_prebuild)
         self.deadline_s = options.timeout_s + options.compile_timeout_s + DEADLINE_MARGIN_S
 
@@ -144,7 +138,7 @@ class RayPool(Evaluator):
         a timed CPU kernel would disturb its timing."""
         import ray
 
-        if self.task.language != "cuda":
+        if not self.builds_ahead:
             return
         if self.builds:
             _, self.builds = ray.wait(self.builds, num_returns=len(self.builds), timeout=0)
@@ -225,7 +219,7 @@ def evaluation_slots(task: Task, max_parallel: int | None, gpus_per_evaluation: 
     import ray
 
     resources = ray.cluster_resources()
-    if task.backend != "cuda":
+    if not profile_of(task.backend).devices:
         return max_parallel or 1, cpus_per_evaluation, 0.0
     gpus = resources.get("GPU", 0)
     if gpus_per_evaluation < 1:

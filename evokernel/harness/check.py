@@ -11,6 +11,7 @@ from evokernel.errors import BadInput
 from evokernel.harness import guard
 from evokernel.harness.build import BuildResult, build, cache_home, show_source_paths
 from evokernel.harness.judge import judge
+from evokernel.harness.profiles import profile_of
 from evokernel.harness.protocol import CheckRequest
 from evokernel.harness.report import CheckReport
 from evokernel.harness.runner import build_runner
@@ -55,13 +56,6 @@ def speed_reference_label(speed_reference: str) -> str:
     return "the task's original kernel" if speed_reference == "original" else speed_reference
 
 
-DEFAULT_ROUNDS = {"cpu": 7, "cuda": 30}
-TIMING_BUDGET_MS = {"cpu": 400.0, "cuda": 3000.0}  # per scenario; slow kernels get fewer rounds
-# Time limits: until the worker's first message (interpreter, torch, device context), and the least a
-# step may take before the next message (otherwise LIMIT_FACTOR x the original's time on this machine).
-START_LIMIT_S = {"cpu": 60.0, "cuda": 120.0}
-MIN_STEP_LIMIT_S = {"cpu": 10.0, "cuda": 30.0}
-RUNNER_BACKENDS = {"cpu"}  # where kernels run in a runner process beside the worker, never inside it
 
 
 def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | None, str | None]:
@@ -137,22 +131,23 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     kernels = {"candidate": candidate.library, "original": original.library}
     if speed_library is not None:
         kernels["speed_reference"] = speed_library
+    profile = profile_of(task.backend)
     request = CheckRequest(
         backend=task.backend, task=str(task.directory), speed_reference=speed,
         baselines=list(task.library_baselines) if options.baselines else [],
         scenarios=[asdict(s) for s in scenarios], seed=seed, trials=options.trials,
-        rounds=options.rounds or DEFAULT_ROUNDS[task.backend], warmup=options.warmup,
-        timing_budget_ms=None if options.rounds else TIMING_BUDGET_MS[task.backend],
+        rounds=options.rounds or profile.rounds, warmup=options.warmup,
+        timing_budget_ms=None if options.rounds else profile.timing_budget_ms,
         keep_going=options.keep_going, time=options.time_kernels,
         tolerance={"factor": task.tolerance_factor, "floor": task.tolerance_floor},
-        floors_ms=[task.roofline_floor_ms(s) for s in scenarios], min_limit_s=MIN_STEP_LIMIT_S[task.backend],
-        confirm_above=options.confirm_above, runner=task.backend in RUNNER_BACKENDS,
+        floors_ms=[task.roofline_floor_ms(s) for s in scenarios], min_limit_s=profile.min_step_limit_s,
+        confirm_above=options.confirm_above, runner=profile.runner,
     )
     reference_key = (str(task.directory), options.scenario_set, options.speed_reference,
                      os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     request.reference_ms = _reusable_reference_ms(slot, reference_key, options)
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
-                         START_LIMIT_S[task.backend], devices=task.backend == "cuda", keep_warm=options.warm_worker,
+                         profile.start_limit_s, devices=profile.devices, keep_warm=options.warm_worker,
                          task_dir=task.directory, slot=slot,
                          runner=build_runner(cache_home()) if request.runner else None)
     report.check_seconds = round(time.perf_counter() - started, 3)

@@ -27,21 +27,13 @@ from evokernel.harness import values
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
 from evokernel.harness.supervisor import WorkerOutcome
 from evokernel.harness.task import Task, sampled_elements
+from evokernel.harness.profiles import profile_of
 from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, MAX_BATCH, PHASE_CALLS, CheckRequest, call_phase,
                                         must_confirm, net_call_ms, timing_call, well_formed)
 
 # (absolute, relative) by dtype: sampled elements must match the parent's own values this closely (a
 # forgery check; the worker's bound on the error against the reference is the real correctness check)
 ROW_TOLERANCE = {"bfloat16": (0.02, 0.02), "float16": (0.02, 0.02), "float32": (1e-3, 1e-3)}
-# How far the reported candidate-minus-reference difference may fall below the one the parent's clock saw:
-# (milliseconds, fraction of the longer of the two kernels' call intervals) by backend. A call's interval
-# holds its verification too (for a 16k-token output, 20-40 ms of it), which varies between the kernels by
-# several milliseconds: 0.1 of the reference's interval rejected the honest Hopper seed on the H200
-# (38.3 against 29.3 ms of wall time for calls of 1.6 and 1.7 ms). On a CPU host the kernels share the
-# cores with the parent, whose clock readings then lag by more than the kernels take: only the bound on
-# the whole span applies there, with a larger allowance for a late first reading.
-WALL_SLACK: dict[str, tuple[float, float] | None] = {"cuda": (0.5, 0.3), "cpu": None}
-SPAN_SLACK_MS = {"cuda": 1.0, "cpu": 25.0}
 
 
 class Refused(Exception):
@@ -214,7 +206,8 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
     overhead = float(np.median(overheads[index, phase])) if overheads[index, phase] else 0.0
     times = {k: [net_call_ms(m.data["ms"], overhead, size) for m in batch if m.data["kernel"] == k] for k in kernels}
     if not request.runner:  # the worker's clock is not the candidate's to set, nor its messages' arrival
-        _check_wall_clock(scenario, sequence, times, WALL_SLACK[task.backend], SPAN_SLACK_MS[task.backend])
+        profile = profile_of(task.backend)
+        _check_wall_clock(scenario, sequence, times, profile.wall_slack, profile.span_slack_ms)
     result.time_ms = float(np.median(times["candidate"]))
     result.original_time_ms = (float(np.median(times["reference"])) if "reference" in times
                                else request.reference_ms[index] if phase == "screening" else None)

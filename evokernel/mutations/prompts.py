@@ -17,9 +17,8 @@ from typing import NamedTuple
 
 from evokernel.bank import Question
 from evokernel.bank.proposals import PROPOSAL_FORMAT
-from evokernel.harness import LANGUAGES, CheckOptions, Task, speed_reference_label
+from evokernel.harness import LANGUAGES, CheckOptions, Task, profile_of, speed_reference_label
 from evokernel.harness.build import show_source_paths
-from evokernel.harness.check import MIN_STEP_LIMIT_S
 from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS
 from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
@@ -172,7 +171,8 @@ def _setting(task: Task, report: dict | None) -> str:
         f"- Build: `{command}`, with the contract's header beside {source}. The kernel is this one file; it may "
         f"include the contract's header and {includes}. Nothing else is linked.\n"
         f"- Limits: compiling {CheckOptions.compile_timeout_s:.0f} s; a call of the kernel is stopped after "
-        f"{LIMIT_FACTOR:.0f} times the task's original kernel's time (at least {MIN_STEP_LIMIT_S[task.backend]:.0f} "
+        f"{LIMIT_FACTOR:.0f} times the task's original kernel's time (at least "
+        f"{profile_of(task.backend).min_step_limit_s:.0f} "
         "s); a time below the roofline is timed again and then refused.\n"
         f"- The harness refuses a kernel that {refused}; one that writes outside its outputs or changes its inputs; "
         "and one whose outputs miss an element (they are poisoned with NaN before every call).\n")

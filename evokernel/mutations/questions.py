@@ -14,9 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from evokernel.bank import Question, QuestionPolicy, load_bank, prior_from_runs
-from evokernel.bank.questions import device_for_backend
 from evokernel.config import RunConfig
-from evokernel.harness import get_task
+from evokernel.harness import get_task, profile_of
 from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, register
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import LLMClient
@@ -27,7 +26,7 @@ from evokernel.store import source_hash
 def build_services(config: RunConfig, store) -> dict:
     """The LLM client (cache in the run directory unless `llm.cache_dir`), the bank and the policy."""
     bank = load_bank(config.bank.dirs, builtin=config.bank.builtin)
-    device = device_for_backend(get_task(config.task).backend)  # GPU-only questions are not asked of a CPU task
+    device = profile_of(get_task(config.task).backend).device_kind  # GPU-only questions are not asked of a CPU task
     cache_dir = config.llm.cache_dir or (Path(store.run_dir) / "llm_cache")
     return {
         "llm": LLMClient(config.llm, store, cache_dir, config.budget.usd),

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Callable
 
 from evokernel.evaluation import Evaluator
-from evokernel.harness import CheckOptions, Task
+from evokernel.harness import CheckOptions, Task, profile_of
 from evokernel.store import Store
 
 RETIME_ROUND_FACTOR = 3  # the best kernel is re-timed against the seed with this many times the usual rounds
@@ -28,10 +28,9 @@ def retime_best(store: Store, evaluator: Evaluator, task: Task, options: CheckOp
     earlier = store.meta().get(RETIME_KEY)
     if earlier and (earlier.get("id"), earlier.get("seed_id")) == (best.id, seed.id):
         return None  # re-timed in an earlier session
-    from evokernel.harness.check import DEFAULT_ROUNDS
     from evokernel.lineage import retime_record
 
-    rounds = RETIME_ROUND_FACTOR * DEFAULT_ROUNDS.get(task.backend, 10)
+    rounds = RETIME_ROUND_FACTOR * profile_of(task.backend).rounds
     reference = store.source_path(seed.source_hash, seed.language).resolve()
     options = dataclasses.replace(options, speed_reference=str(reference), rounds=rounds, seed=None,
                                   reference_reuse_s=None)
