@@ -389,7 +389,8 @@ __cudaPopCallConfiguration __cudaPushCallConfiguration __cudaRegisterFatBinary _
 __cudaRegisterFunction __cudaRegisterVar __cudaUnregisterFatBinary __cxa_atexit __cxa_finalize __cxa_guard_abort
 __cxa_guard_acquire __cxa_guard_release __gmon_start__ __gxx_personality_v0 __stack_chk_fail cudaDeviceGetAttribute
 cudaFreeAsync cudaFuncSetAttribute cudaGetDevice cudaGetDriverEntryPointByVersion cudaGetLastError
-cudaMallocAsync""".split()
+cudaMallocAsync
+cudaMemGetInfo""".split()  # (and the free-memory query a planted isolation kernel makes)
 MEASURED_C_IMPORTS = ["GOMP_parallel", "GOMP_loop_nonmonotonic_dynamic_start", "omp_get_thread_num", "expf@GLIBC_2.27",
                       "sqrtf", "memset", "memcpy", "malloc", "free", "__cxa_finalize", "_ITM_registerTMCloneTable"]
 

@@ -127,7 +127,7 @@ ALLOWED_CUDA_IMPORT_RE = re.compile(
     r"|RegisterTexture|RegisterSurface|InitModule|PushCallConfiguration|PopCallConfiguration|LaunchKernel"
     r"|GetKernel)"
     r"|cuda(?:LaunchKernel(?:ExC)?|LaunchCooperativeKernel|FuncSetAttribute|FuncGetAttributes|FuncSetCacheConfig"
-    r"|GetLastError|PeekAtLastError|GetErrorString|GetErrorName|GetDevice|DeviceGetAttribute"
+    r"|GetLastError|PeekAtLastError|GetErrorString|GetErrorName|GetDevice|DeviceGetAttribute|MemGetInfo"
     r"|GetDeviceProperties(?:_v2)?|Occupancy\w+|Memset(?:2D)?Async|Memcpy(?:2D)?Async|MemcpyToSymbolAsync"
     r"|MemcpyFromSymbolAsync|GetSymbolAddress|MallocAsync|FreeAsync|Malloc|Free|StreamGetCaptureInfo(?:_v\d)?"
     r"|GetDriverEntryPoint(?:ByVersion)?)(?:_v\d+)?"
