@@ -122,7 +122,8 @@ def test_a_persons_question_without_a_layer_is_accepted_only_with_one(tmp_path):
     accepted = runner.invoke(main, ["bank", "review", str(run), "--accept", "same-k-row-0a1b", "--layer", "memory",
                                     "--bank", str(bank_dir)])
     assert accepted.exit_code == 0, accepted.output
-    assert load_bank([bank_dir], builtin=False).get("same-k-row-0a1b").layers == ["memory"]
+    accepted_question = load_bank([bank_dir], builtin=False).get("same-k-row-0a1b")
+    assert accepted_question.layers == ["memory"] and accepted_question.devices == ["gpu"]  # it speaks of warps
     lint = runner.invoke(main, ["bank", "lint", "--bank", str(bank_dir)])
     assert lint.exit_code == 0, lint.output
 

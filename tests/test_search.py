@@ -292,16 +292,13 @@ def test_gpu_candidates_are_proposed_far_enough_ahead_to_be_built_before_their_s
 
 
 def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
-    import copy
-
     from evokernel.evaluation.ray_pool import RayPool
-    from evokernel.harness import CheckOptions
+    from evokernel.harness import CheckOptions, profile_of
     from evokernel.harness.build import build
 
     task = get_task("attention-fwd-cpu")
     pool = RayPool(task.name, CheckOptions(), 1, 1, 0)
-    pool.task = copy.copy(task)
-    pool.task.language = "cuda"  # prebuilds only for GPU tasks; compiles as C here
+    pool.builds_ahead = profile_of("cuda").builds_ahead  # prebuilds as for a GPU task; compiles as C here
     source = ORIGINAL + f"\nstatic const int evk_test_variant = {time.time_ns() % 1_000_000_007};\n"
     try:
         pool.prebuild(source)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from evokernel.bank.admit import admit_question
 from evokernel.bank.human import reviewable_human_questions
-from evokernel.bank.lint import shape_problems
+from evokernel.bank.lint import device_problems, shape_problems
 from evokernel.bank.questions import LAYERS, TRIGGERS, load_bank, slug
 from evokernel.errors import BadInput, read_text
 
@@ -99,7 +99,9 @@ def review_proposed(store, question_id: str, accept: bool, bank_dir: Path | None
         notes = (f"proposed in run {Path(store.run_dir).name} after individual {row['from_individual']}"
                  if row["by"] == "model" else f"asked by a person in run {Path(store.run_dir).name}; child "
                                               f"{row['from_individual']} beat its parent")
-        path = admit_question(bank_dir, row["text"], row["triggers"], layers, question_id, notes=notes)
+        # a question about GPU hardware is for GPU tasks only (the lint accepts nothing else)
+        devices = ["gpu"] if device_problems(row["text"], []) else []
+        path = admit_question(bank_dir, row["text"], row["triggers"], layers, question_id, notes=notes, devices=devices)
         rejected.discard(question_id)
     else:
         rejected.add(question_id)

@@ -23,6 +23,9 @@ from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
 from evokernel.harness import CheckOptions, Slot, Task, check_source, get_task, profile_of
 from evokernel.harness.check import build_checked
 
+DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
+MAX_RESENDS = 5  # calls sent again to an actor that was restarting (it never ran them)
+RESEND_DELAY_S = 1.0
 
 
 def connect(address: str | None) -> bool:

@@ -24,7 +24,6 @@ import mmap
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import time
 from collections.abc import Callable
