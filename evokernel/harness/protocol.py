@@ -50,7 +50,6 @@ class CheckRequest:
     runner: bool = False  # kernels run in runner processes (the worker's clock is the figure), not in the worker
     library: str = ""  # where the built kernels are (set by the supervisor)
     self_destruct_s: float = 3600.0
-    channel_fd: int = 3
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -84,7 +84,7 @@ def _load(directory: Path) -> Task:
         raise BadInput(f"{where}: task.py does not load: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                        ) from None
     classes = [c for _, c in inspect.getmembers(module, inspect.isclass)
-               if issubclass(c, Task) and c.__module__ == module_name and not inspect.isabstract(c)]
+               if issubclass(c, Task) and c.__module__ == module_name]
     if len(classes) != 1:
         raise BadInput(f"{where}: task.py must define exactly one subclass of evokernel.harness.task.Task "
                        f"(found {len(classes)})")

@@ -416,7 +416,7 @@ def warm_speed_reference(backend, task: Task, warm: dict, request_waiting: Calla
             backend.release(inputs)  # waits for the call (nothing of its output is read)
 
 
-def read_request(backend_module, task: Task | None, seconds: dict):
+def read_request(backend_module, task: Task, seconds: dict):
     """The request from stdin, and the backend with its device context made. A `prepare` line before the
     request makes the context at once (the supervisor sends it when no other check is timing on the
     device), and may name a speed reference to warm up (`warm_speed_reference`); otherwise the context is
@@ -429,7 +429,7 @@ def read_request(backend_module, task: Task | None, seconds: dict):
     prepare = json.loads(line)
     if prepare.get("type") == "prepare":
         backend = backend_module.Backend()
-        if task is not None and prepare.get("warm"):
+        if prepare.get("warm"):
             warm_speed_reference(backend, task, prepare["warm"],
                                  (lambda: False) if prepare.get("then_exit") else stdin.waiting)
         if prepare.get("then_exit"):
@@ -439,37 +439,32 @@ def read_request(backend_module, task: Task | None, seconds: dict):
     os.close(0)
     if backend is None:
         started = time.perf_counter()
-        backend = import_backend(request.backend).Backend()
+        backend = backend_module.Backend()
         seconds["device start"] = time.perf_counter() - started
     return request, backend
 
 
 def main() -> None:
-    """`python -m evokernel.harness.worker [BACKEND TASK_DIR CHANNEL_FD]`: with arguments, the runtime is
-    imported and the task loaded before the request is read, so a worker started ahead of time waits
-    with that part of its start-up paid (see `read_request` for the device context)."""
+    """`python -m evokernel.harness.worker BACKEND TASK_DIR CHANNEL_FD`: the runtime is imported and the task
+    loaded before the request is read, so a worker started ahead of time waits with that part of its
+    start-up paid (see `read_request` for the device context)."""
+    if len(sys.argv) != 4:
+        sys.exit("usage: python -m evokernel.harness.worker BACKEND TASK_DIR CHANNEL_FD")
     refuse_inspection()
-    warm = len(sys.argv) > 3
-    channel = Channel(int(sys.argv[3])) if warm else None
+    channel = Channel(int(sys.argv[3]))
     worker = None
     seconds: dict[str, float] = {}
     try:
-        if warm:
-            backend_module = import_backend(sys.argv[1])
-            task = load_task_dir(Path(sys.argv[2]))
-        else:
-            backend_module, task = None, None
+        backend_module = import_backend(sys.argv[1])
+        task = load_task_dir(Path(sys.argv[2]))
         request, backend = read_request(backend_module, task, seconds)
         signal.alarm(math.ceil(request.self_destruct_s))  # SIGALRM's default action ends the process
-        channel = channel or Channel(int(request.channel_fd))
         worker = Worker(request, channel, backend)
         worker.seconds.update(seconds)
         worker.run()
     except Rejected as exc:  # a kernel its runner could not load
         channel.send("error", error=str(exc))
     except Exception as exc:  # a kernel error surfaced by the runtime (illegal address, launch failure)
-        if channel is None:
-            raise
         scenario = worker.scenario_name if worker else ""
         channel.send("error", error=readable_failure(exc, scenario, None), traceback=traceback.format_exc()[-2000:])
 
