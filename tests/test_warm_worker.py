@@ -212,7 +212,7 @@ class _Recorded:
 
 
 def test_the_speed_reference_is_called_on_each_shape_before_the_request_until_it_arrives():
-    from evokernel.harness.worker import warm_speed_reference
+    from evokernel.harness.worker_start import warm_speed_reference
 
     scenarios = [{"n": n} for n in range(5)]
     every = _Recorded()
@@ -246,7 +246,7 @@ def test_the_next_worker_is_told_the_last_checks_speed_reference_and_scenarios(m
 
 
 def test_stdin_lines_tell_whether_the_request_has_arrived():
-    from evokernel.harness.worker import StdinLines
+    from evokernel.harness.worker_start import StdinLines
 
     read_end, write_end = os.pipe()
     saved = os.dup(0)

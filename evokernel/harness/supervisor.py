@@ -132,7 +132,7 @@ class _Started:
     def prepare(self, warm: dict | None = None, then_exit: bool = False) -> None:
         """Make the device context now (call only when no check is timing on this worker's device), then
         call the library speed reference `warm` names on its scenarios until the request comes (see
-        `worker.warm_speed_reference`); with `then_exit`, on every scenario, and exit without a request."""
+        `worker_start.warm_speed_reference`); with `then_exit`, on every scenario, and exit without a request."""
         try:
             message = {"type": "prepare", "warm": warm, "then_exit": then_exit}
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
