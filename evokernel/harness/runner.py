@@ -37,7 +37,7 @@ from evokernel.harness.backends import Inputs, parameter_struct
 from evokernel.harness.protocol import MAX_BATCH, Rejected
 
 BINARY_NAME = "evk-runner"
-COMMAND_CALL, COMMAND_LOAD, COMMAND_EXIT, COMMAND_TOUCH = 0, 1, 2, 3
+COMMAND_CALL, COMMAND_LOAD, COMMAND_TOUCH = 0, 1, 3
 # runner.c's `struct mailbox`: field -> (byte offset, numpy dtype, count)
 MAILBOX = {"request": (0, np.uint64, 1), "reply": (8, np.uint64, 1), "base": (16, np.uint64, 1),
            "command": (24, np.uint32, 1), "count": (28, np.uint32, 1), "status": (32, np.int32, 1),
