@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from evokernel.errors import BadInput, read_text, read_yaml
+from evokernel.errors import BadInput, read_yaml
 
 
 # Bounds beyond which a setting is a mistake (and would fail later, far from its cause).
@@ -233,21 +233,10 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None, resumed:
 def _speed_reference(config: RunConfig, source: str, base_dir: Path | None) -> str:
     """'original', a library baseline of the task, or a kernel file (relative to the config's folder, as the
     seeds; the harness builds it in every evaluation): BadInput naming the field otherwise, before a run starts."""
-    from evokernel.harness import get_task
+    from evokernel.harness import SpeedReference, get_task
 
-    reference = config.speed_reference
-    baselines = get_task(config.task).library_baselines
-    if reference == "original" or reference in baselines:
-        return reference
-    path = Path(reference).expanduser()
-    if base_dir is not None and not path.is_absolute():
-        path = base_dir / path
-    if not path.is_file():
-        known = ", ".join(["original", *baselines])
-        raise BadInput(f"{source}: field 'speed_reference': '{reference}' is neither a baseline of the task ({known}) "
-                       f"nor a kernel file (not found: {path})")
-    read_text(path, f"{source}: field 'speed_reference':")
-    return str(path.resolve())
+    return str(SpeedReference.parse(config.speed_reference, get_task(config.task),
+                                    where=f"{source}: field 'speed_reference'", base_dir=base_dir))
 
 
 def load_config(path: Path, resumed: bool = False) -> RunConfig:

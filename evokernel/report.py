@@ -155,7 +155,7 @@ def _scenario_table(run: Lineage, ind: Individual) -> str:
     rows = run.scenarios(ind.id)
     parent = run.parents(ind.id)[:1]
     deltas = {d.name: d for d in compare_scenarios(run.scenarios(parent[0].id), rows)} if parent else {}
-    columns, cells = scenario_table(rows, run.reference_column)
+    columns, cells = scenario_table(rows, run.speed_reference.column)
     headers = [column.name for column in columns]
     ok = headers.index("ok")
     out = []
@@ -230,7 +230,7 @@ def render_report(run: Lineage, top_k: int = 10) -> str:
     kernels = "\n".join(kernel_html(run, run.individuals[i], ranks.get(i)) for i in order)
     data = json.dumps(chart_data(run, top, graph_ids)).replace("</", "<\\/")
     fills = {"title": _e(f"evokernel run {summary.id}"), "facts": "".join(f"<span>{_e(f)}</span>" for f in facts),
-             "top": str(len(top)), "reference": _e(run.speed_reference), "questions": questions_html(run), "failures": failures_html(run, set(order)),
+             "top": str(len(top)), "reference": _e(run.speed_reference.words), "questions": questions_html(run), "failures": failures_html(run, set(order)),
              "proposal_failures": proposal_failures_html(run),
              "cost": cost_html(run), "kernels": kernels or '<p class="note">no correct kernel yet</p>', "data": data,
              "css": (ASSETS / "report.css").read_text(), "js": (ASSETS / "report.js").read_text()}

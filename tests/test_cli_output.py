@@ -314,4 +314,4 @@ def test_check_says_how_many_scenarios_are_within_their_noise(monkeypatch):
                                     ScenarioResult("b", True, speedup=1.286, spread=0.01)])
     monkeypatch.setattr("evokernel.harness.check_kernel", lambda *args, **kwargs: report)
     result = cli("check", __file__, "--task", "attention-fwd-cpu")
-    assert "geomean speedup over original: 1.286 (1 of 2 scenarios within their noise" in result.output
+    assert "geomean speedup over the task's original kernel: 1.286 (1 of 2 scenarios within their noise" in result.output

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -125,7 +124,7 @@ def test_cli_check_table_json_and_exit_codes(tmp_path):
     (["check", "missing.c", "--task", "attention-fwd-cpu"], "kernel file not found"),
     (["check", "{original}", "--task", "nope"], "unknown task 'nope'"),
     (["check", "{original}", "--task", "attention-fwd-cpu", "--scenarios", "huge"], "no scenario set 'huge'"),
-    (["check", "{original}", "--task", "attention-fwd-cpu", "--original", "cudnn"], "neither a file nor a baseline"),
+    (["check", "{original}", "--task", "attention-fwd-cpu", "--original", "cudnn"], "--original: 'cudnn' is neither a baseline of task attention-fwd-cpu"),
     (["check", "{original}", "--task", "attention-fwd-cpu", "--trials", "0"], "--trials"),
     (["check", "{original}", "--task", "attention-fwd-cpu", "--baselines"], "no library baselines"),
 ])

@@ -113,11 +113,11 @@ def test_report_command(demo, tmp_path):
 def test_speedups_are_labelled_with_the_runs_speed_reference(tmp_path):
     store = make_run(tmp_path / "cudnn-run", close=False)
     with Lineage(tmp_path / "cudnn-run") as run:
-        assert run.speed_reference == "the task's original kernel"  # no config: the harness default
+        assert run.speed_reference.words == "the task's original kernel"  # no config: the harness default
     store.set_meta("config", {"task": "attention-fwd", "speed_reference": "cudnn"})
     store.close()
     with Lineage(tmp_path / "cudnn-run") as run:
         page = render_report(run)
-        assert run.speed_reference == "cudnn"
+        assert str(run.speed_reference) == "cudnn" and run.speed_reference.described.startswith("cudnn (")
     assert "geomean speedup over cudnn;" in page and "Speedup over cudnn per scenario" in page
     assert "task's original kernel" not in page

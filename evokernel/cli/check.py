@@ -15,6 +15,7 @@ from evokernel.output import print_table, scenario_table, within_noise
 def print_check_report(report) -> None:
     from rich.markup import escape
 
+    from evokernel.harness import SpeedReference
     from evokernel.harness.build import first_error_lines
 
     if not report.scenarios:  # rejected before running (static guard, compiler): only the reason
@@ -27,14 +28,14 @@ def print_check_report(report) -> None:
         console.print(f"[dim]{report.task} · {escape(report.kernel)} · "
                       f"build {fmt(report.build_seconds, '.1f')} s[/]", soft_wrap=True)
         return
-    columns, rows = scenario_table([asdict(s) for s in report.scenarios], Path(report.speed_reference).name)
+    columns, rows = scenario_table([asdict(s) for s in report.scenarios], SpeedReference.recorded(report.speed_reference).column)
     print_table(console, columns, rows, title=f"{report.task} · {report.kernel} · scenarios '{report.scenario_set}'")
     if report.correct and report.geomean_speedup is None:
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios (not timed)")
     elif report.correct:
         noisy = sum(within_noise(s.speedup, s.spread) for s in report.scenarios)
         console.print(f"[bold green]correct[/] on {len(report.scenarios)} scenarios; geomean speedup over "
-                      f"{report.speed_reference}: [bold]{fmt(report.geomean_speedup)}[/]"
+                      f"{escape(SpeedReference.recorded(report.speed_reference).words)}: [bold]{fmt(report.geomean_speedup)}[/]"
                       + (f" [yellow]({noisy} of {len(report.scenarios)} scenarios within their noise: their spread "
                          f"exceeds their gain)[/]" if noisy else ""), soft_wrap=True)
         for name, value in report.baseline_geomeans.items():
@@ -75,9 +76,8 @@ def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str,
     from evokernel.errors import read_text
     from evokernel.harness import CheckOptions, check_kernel
 
-    for path, what in ((kernel, "kernel"), (Path(speed_reference), "--original")):
-        if path.is_file() and str(path) != "original":
-            read_text(path, what)  # one line naming a file that is not UTF-8
+    if kernel.is_file():
+        read_text(kernel, "kernel")  # one line naming a file that is not UTF-8
     warn_if_not_isolated()
     options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference, baselines=baselines,
                            seed=seed, trials=trials, rounds=rounds, keep_going=keep_going,

@@ -316,7 +316,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
         console.print(Rule("scenarios"))
         rows = lin.scenarios(ind.id)
         if rows:
-            print_table(console, *scenario_table(rows, lin.reference_column))
+            print_table(console, *scenario_table(rows, lin.speed_reference.column))
             if lin.screened(ind.id):
                 console.print("[dim]screened: timed alone against the speed reference's times from an earlier "
                               "interleaved check on the same GPU (it was not near the best)[/]", soft_wrap=True)
@@ -352,7 +352,7 @@ def diff(run: str, id_a: int, id_b: int) -> None:
     with open_run(run) as lin:
         a, b = lin.get(id_a), lin.get(id_b)
         print_code(lin.diff(a.id, b.id) or "(identical sources)", "diff")
-        _print_deltas(f"speedup over {lin.speed_reference}: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
+        _print_deltas(f"speedup over {lin.speed_reference.words}: #{a.id} -> #{b.id}", lin.compare(a.id, b.id),
                       f"#{a.id}", f"#{b.id}")
         console.print(f"geomean: #{a.id} {fmt(a.fitness)} ({a.status}) -> #{b.id} {fmt(b.fitness)} ({b.status})"
                       f"{_gain(a.fitness, b.fitness)}")

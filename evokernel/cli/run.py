@@ -163,7 +163,7 @@ def _log_line(stats) -> str:
 
 
 def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
-    from evokernel.harness import speed_reference_label
+    from evokernel.harness import SpeedReference
     from evokernel.lineage.statistics import describe_proposal_failures, proposal_failure_counts
     from evokernel.store import Store
 
@@ -201,7 +201,7 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
         over_seed = (f", {best.fitness / stats.seed_fitness:.3f}x the seed (individual {stats.seed_id})"
                      + (" in the search" if retime else ""))
     console.print(f"[bold green]best kernel[/]: individual {best.id} ({best.operator}), geomean speedup "
-                  f"{best.fitness:.3f} over {speed_reference_label(speed_reference)}{over_seed}", soft_wrap=True)
+                  f"{best.fitness:.3f} over {SpeedReference.recorded(speed_reference).words}{over_seed}", soft_wrap=True)
     if retime:
         from rich.markup import escape
 

@@ -3,22 +3,23 @@ kernel on every scenario, times it against a speed reference and scores it (gate
 
 Interface: `check_kernel`, `check_source`, `build_checked`, `CheckOptions`, `CheckReport`,
 `ScenarioResult`, `Slot` (what an evaluation slot keeps between its checks), `BackendProfile` and
-`profile_of` (what differs between kinds of device), `get_task`, `task_names`, `tasks_in`, `speed_reference_label`, `show_source_paths` (a
-compiler message naming the kernel's own file), `isolation` (what this
+`profile_of` (what differs between kinds of device), `get_task`, `task_names`, `tasks_in`, `SpeedReference` (what speedups
+are over), `show_source_paths` (a compiler message naming the kernel's own file), `isolation` (what this
 machine enforces), `LANGUAGES` (what differs between kernel languages), and the task interface (`Task`,
 `Tensor`, `Scalar`, `Baseline`) a task directory implements.
 """
 
 from evokernel.harness.build import show_source_paths
-from evokernel.harness.check import CheckOptions, build_checked, check_kernel, check_source, speed_reference_label
+from evokernel.harness.check import CheckOptions, build_checked, check_kernel, check_source
 from evokernel.harness.languages import LANGUAGES, Language
 from evokernel.harness.profiles import BackendProfile, profile_of
 from evokernel.harness.report import CheckReport, ScenarioResult, geomean
 from evokernel.harness.sandbox import Isolation, isolation
 from evokernel.harness.slot import Slot
+from evokernel.harness.speed_reference import SpeedReference
 from evokernel.harness.task import Baseline, Scalar, Task, Tensor
 from evokernel.harness.tasks import get_task, task_names, tasks_in
 
-__all__ = ["LANGUAGES", "BackendProfile", "Baseline", "CheckOptions", "CheckReport", "Isolation", "Language", "Scalar", "ScenarioResult", "Slot", "Task", "Tensor",
+__all__ = ["LANGUAGES", "BackendProfile", "Baseline", "CheckOptions", "CheckReport", "Isolation", "Language", "Scalar", "ScenarioResult", "Slot", "SpeedReference", "Task", "Tensor",
            "build_checked", "check_kernel", "check_source", "geomean", "get_task", "isolation", "profile_of",
-           "show_source_paths", "speed_reference_label", "task_names", "tasks_in"]
+           "show_source_paths", "task_names", "tasks_in"]

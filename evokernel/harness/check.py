@@ -17,6 +17,7 @@ from evokernel.harness.report import CheckReport
 from evokernel.harness.runner import build_runner
 from evokernel.harness.sandbox import isolation
 from evokernel.harness.slot import Slot
+from evokernel.harness.speed_reference import SpeedReference
 from evokernel.harness.supervisor import run_worker
 from evokernel.harness.task import Task
 from evokernel.harness.tasks import get_task
@@ -51,13 +52,6 @@ class CheckOptions:
         return max(4 << 30, physical // 2)
 
 
-def speed_reference_label(speed_reference: str) -> str:
-    """What speedups are measured against, in words (reports and summaries say it)."""
-    return "the task's original kernel" if speed_reference == "original" else speed_reference
-
-
-
-
 def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | None, str | None]:
     """Guard and build a kernel source; returns (build, refusal reason)."""
     reason = guard.check_source(source, task.language, task.header_file, task.entry)
@@ -74,19 +68,14 @@ def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | No
     return result, None
 
 
-def _resolve_speed_reference(task: Task, speed_reference: str) -> tuple[str, Path | None]:
-    """What the worker times speedups against: ("original" | a baseline name | "file", the built file);
-    "original" and "file" are `BUILT_SPEED_REFERENCES`."""
-    if speed_reference == "original" or speed_reference in task.library_baselines:
-        return speed_reference, None
-    path = Path(speed_reference)
-    if not path.is_file():
-        known = ", ".join(["original", *task.library_baselines, "or a kernel file"])
-        raise BadInput(f"--original '{speed_reference}' is neither a file nor a baseline of {task.name} ({known})")
-    result, reason = build_checked(path.read_text(), task, f"speed reference {path}")
+def _built_speed_reference(task: Task, reference: SpeedReference) -> Path | None:
+    """The built object of a kernel-file speed reference (None for the original or a library baseline)."""
+    if reference.kind != "file":
+        return None
+    result, reason = build_checked(Path(reference.name).read_text(), task, f"speed reference {reference.name}")
     if reason:
-        raise BadInput(f"speed reference {path}: {reason}")
-    return "file", result.library
+        raise BadInput(f"speed reference {reference.name}: {reason}")
+    return result.library
 
 
 def _reusable_reference_ms(slot: Slot, key: tuple, options: CheckOptions) -> list[float] | None:
@@ -112,12 +101,13 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     options = options or CheckOptions()
     task = get_task(task) if isinstance(task, str) else task
     scenarios = task.scenarios(options.scenario_set)
-    speed, speed_library = _resolve_speed_reference(task, options.speed_reference)
+    reference = SpeedReference.parse(options.speed_reference, task)
+    speed_library = _built_speed_reference(task, reference)
     if options.baselines and not task.library_baselines:
         raise BadInput(f"--baselines: task {task.name} has no library baselines")
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little")
     report = CheckReport(task=task.name, kernel=kernel_name, scenario_set=options.scenario_set, seed=seed,
-                         speed_reference=options.speed_reference, isolation=isolation().describe())
+                         speed_reference=str(reference), isolation=isolation().describe())
     started = time.perf_counter()
     candidate, reason = build_checked(source, task, "candidate")
     if candidate:
@@ -133,7 +123,8 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         kernels["speed_reference"] = speed_library
     profile = profile_of(task.backend)
     request = CheckRequest(
-        backend=task.backend, task=str(task.directory), speed_reference=speed,
+        backend=task.backend, task=str(task.directory),
+        speed_reference="file" if reference.kind == "file" else reference.name,
         baselines=list(task.library_baselines) if options.baselines else [],
         scenarios=[asdict(s) for s in scenarios], seed=seed, trials=options.trials,
         rounds=options.rounds or profile.rounds, warmup=options.warmup,
@@ -143,7 +134,7 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         floors_ms=[task.roofline_floor_ms(s) for s in scenarios], min_limit_s=profile.min_step_limit_s,
         confirm_above=options.confirm_above, runner=profile.runner,
     )
-    reference_key = (str(task.directory), options.scenario_set, options.speed_reference,
+    reference_key = (str(task.directory), options.scenario_set, str(reference),
                      os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     request.reference_ms = _reusable_reference_ms(slot, reference_key, options)
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),

@@ -10,10 +10,14 @@ import difflib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evokernel.errors import BadInput
 from evokernel.lineage.compare import ScenarioDelta, compare_scenarios
 from evokernel.store import DEFAULT_RUNS, HumanQuestion, Individual, ProposalFailure, open_readonly, resolve_run
+
+if TYPE_CHECKING:
+    from evokernel.harness import SpeedReference
 
 
 def _built_in_question_text(question_id: str) -> str | None:
@@ -86,19 +90,16 @@ class Lineage:
         return self.run_dir.resolve().name
 
     @property
-    def speed_reference(self) -> str:
-        """What this run's fitness is a speedup over (the config's speed_reference), in words."""
-        from evokernel.harness import speed_reference_label
+    def speed_reference(self) -> SpeedReference:
+        """What this run's fitness is a speedup over (the config's speed_reference)."""
+        from evokernel.harness import SpeedReference, get_task
 
-        return speed_reference_label(self._speed_reference())
-
-    @property
-    def reference_column(self) -> str:
-        """The speed reference as the scenario tables name its time column: original, cudnn, a file's name."""
-        return Path(self._speed_reference()).name
-
-    def _speed_reference(self) -> str:
-        return (self.store.meta().get("config") or {}).get("speed_reference", "original")
+        config = self.store.meta().get("config") or {}
+        try:
+            task = get_task(config["task"])
+        except (KeyError, BadInput):  # no config, or its task is gone: the reference without a description
+            task = None
+        return SpeedReference.recorded(config.get("speed_reference", "original"), task)
 
     def get(self, individual_id: int) -> Individual:
         if individual_id not in self.individuals:

@@ -13,11 +13,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 from evokernel.bank import Question
 from evokernel.bank.proposals import PROPOSAL_FORMAT
-from evokernel.harness import LANGUAGES, CheckOptions, Task, profile_of, speed_reference_label
+from evokernel.harness import LANGUAGES, CheckOptions, SpeedReference, Task, profile_of
 from evokernel.harness.build import show_source_paths
 from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS
 from evokernel.harness.worker import LIMIT_FACTOR
@@ -67,25 +66,8 @@ def _bandwidth(bytes_per_s: float) -> str:
     return f"{bytes_per_s / 1e12:.1f} TB/s" if bytes_per_s >= 1e12 else f"{bytes_per_s / 1e9:.0f} GB/s"
 
 
-class _Reference(NamedTuple):
-    """What speedups are over: in a sentence (`words`), after "speedup over" (`over`), in column headers (`column`)."""
-
-    words: str
-    over: str
-    column: str
-
-
-def _reference(task: Task, report: dict | None) -> _Reference:
-    reference = (report or {}).get("speed_reference")
-    if not reference:
-        return _Reference("the run's speed reference", "the speed reference", "reference")
-    baseline = task.baselines().get(reference)
-    if baseline is not None:
-        return _Reference(f"{reference} ({baseline.description})" if baseline.description else reference,
-                          reference, reference)
-    if reference == "original":
-        return _Reference(speed_reference_label(reference), "the original kernel", "original")
-    return _Reference(f"the kernel file {Path(reference).name}", "the reference kernel", "reference")
+def _reference(task: Task, report: dict | None) -> SpeedReference:
+    return SpeedReference.recorded((report or {}).get("speed_reference") or "original", task)
 
 
 def results_table(report: dict | None, task: Task) -> str:
@@ -317,7 +299,7 @@ def _contract(task: Task) -> str:
 
 def _frame(question: Question, trigger: str, body: str, task: Task, report: dict | None, propose: bool) -> str:
     why = WHY_NOW.get(trigger, "")
-    reference = _reference(task, report).words
+    reference = _reference(task, report).described if report else "the run's speed reference"
     return (f"# Question\n{question.text}\n\n" + (f"{why}\n\n" if why else "")
             + "You are improving a kernel that a harness builds, verifies on every scenario against a reference, "
               f"and times against {reference}. Answer the question first; let the answer decide the change.\n\n"
