@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from evokernel.config import load_config, parse_config  # noqa: E402
 from evokernel.harness import CheckReport, get_task  # noqa: E402
-from evokernel.mutations.knobs import KNOB_LINE, parse_knobs, set_knobs  # noqa: E402
+from evokernel.source import KNOB_LINE, parse_knobs, set_knobs  # noqa: E402
 from evokernel.search import Search  # noqa: E402
 from evokernel.store import Store  # noqa: E402
 

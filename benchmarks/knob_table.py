@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from evokernel.harness import CheckOptions, check_source, get_task  # noqa: E402
 from evokernel.harness.check import build_checked  # noqa: E402
-from evokernel.mutations.knobs import parse_knobs, set_knobs  # noqa: E402
+from evokernel.source import parse_knobs, set_knobs  # noqa: E402
 
 RESULT_COLUMNS = ["correct", "fitness", "spread", "failure", "check_s"]
 

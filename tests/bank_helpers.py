@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evokernel.store import Individual, Store, normalized_hash, source_hash
+from evokernel.store import Individual, Store
+from evokernel.source import normalized_hash, source_hash
 
 
 def add_kernel(store: Store, source: str, fitness: float | None, parents: list[int] | None = None,

@@ -22,7 +22,8 @@ from click.testing import CliRunner
 from evokernel.cli import main
 from evokernel.harness import get_task
 from evokernel.search.human import HumanQuestions
-from evokernel.store import DB_NAME, SCHEMA_VERSION, Individual, Store, normalized_hash, open_readonly, source_hash
+from evokernel.store import DB_NAME, SCHEMA_VERSION, Individual, Store, open_readonly
+from evokernel.source import normalized_hash, source_hash
 from evokernel.store.inbox import INBOX_NAME
 from fake_llm_server import FakeLLMServer
 

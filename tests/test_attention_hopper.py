@@ -11,7 +11,7 @@ from evokernel.config import load_config
 from evokernel.defaults import DEFAULTS_DIR, default_config_path
 from evokernel.harness import CheckOptions, check_kernel, check_source, get_task, guard
 from evokernel.harness.build import build
-from evokernel.mutations.knobs import parse_knobs, set_knobs
+from evokernel.source import parse_knobs, set_knobs
 
 ROOT = Path(__file__).parents[1]
 SEED = DEFAULTS_DIR / "attention_fa2.cu"

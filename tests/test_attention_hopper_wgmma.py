@@ -12,7 +12,7 @@ import pytest
 from evokernel.defaults import DEFAULTS_DIR
 from evokernel.harness import CheckOptions, check_kernel, check_source, get_task, guard
 from evokernel.harness.build import build
-from evokernel.mutations.knobs import parse_knobs, set_knobs
+from evokernel.source import parse_knobs, set_knobs
 
 SEED = DEFAULTS_DIR / "attention_hopper.cu"
 FA2_SEED = DEFAULTS_DIR / "attention_fa2.cu"

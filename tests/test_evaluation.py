@@ -18,7 +18,8 @@ from evokernel.errors import BadInput
 from evokernel.evaluation.replay import NOT_RECORDED, ReplayEvaluator
 from evokernel.harness import CheckOptions, get_task
 from evokernel.search import Search
-from evokernel.store import Store, normalized_hash
+from evokernel.store import Store
+from evokernel.source import normalized_hash
 
 ORIGINAL = get_task("attention-fwd-cpu").original.read_text()
 

@@ -9,8 +9,9 @@ import evokernel
 
 from evokernel.harness import get_task
 from evokernel.mutations import Context, Parent, ProposalFailed, operators
-from evokernel.mutations.knobs import KnobCrossover, KnobError, KnobMutation, knob_values, parse_knobs, set_knobs
-from evokernel.store import normalized_hash
+from evokernel.mutations.knobs import KnobCrossover, KnobMutation
+from evokernel.source import KnobError, knob_values, parse_knobs, set_knobs
+from evokernel.source import normalized_hash
 
 SOURCE = """#include "x.h"
 #define BLOCK 4      // @knob 1,2,4,8

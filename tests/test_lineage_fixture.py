@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from evokernel.lineage import Lineage
-from evokernel.store import Individual, LLMCall, Store, normalized_hash, source_hash
+from evokernel.store import Individual, LLMCall, Store
+from evokernel.source import normalized_hash, source_hash
 
 SCENARIOS = ("b1_h4_s128_d64", "b2_h8_s256_d64", "b1_h4_s512_d128_causal")
 QUESTION_TEXT = "Which layer of the system limits this kernel: memory, compute, or launch?"

@@ -20,7 +20,8 @@ from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput, read_text
 from evokernel.evaluation import Evaluator, Finished, rejection
 from evokernel.harness import CheckOptions, CheckReport, get_task
-from evokernel.store import DB_NAME, normalized_hash, open_readonly
+from evokernel.store import DB_NAME, open_readonly
+from evokernel.source import normalized_hash
 
 NOT_RECORDED = "not in the replayed evaluations"
 FIELD = "field 'resources.replay_evaluations'"

@@ -20,7 +20,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from evokernel.harness.lexer import Lexed, is_word_char, lex, search_word, word_pattern
+from evokernel.source.lexer import Lexed, is_word_char, lex, search_word, word_pattern
 
 MAX_SOURCE_BYTES = 512 * 1024
 

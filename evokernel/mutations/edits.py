@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from evokernel.mutations import ProposalFailed
-from evokernel.store import normalized_hash
+from evokernel.source import normalized_hash
 
 FENCE = re.compile(r"^[ \t]*(```+|~~~+)[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
 EDIT = re.compile(r"^[ \t]*<{5,9}[ \t]*SEARCH[^\n]*\n(.*?)^[ \t]*={5,9}[ \t]*\n(.*?)^[ \t]*>{5,9}[ \t]*REPLACE[^\n]*$",

@@ -21,7 +21,7 @@ from evokernel.harness.build import show_source_paths
 from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS
 from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
-from evokernel.mutations.knobs import KnobError, parse_knobs
+from evokernel.source import KnobError, parse_knobs
 
 PROMPT_VERSION = 3  # part of the replay key: raise it when a template below changes what is asked
 

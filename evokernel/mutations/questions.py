@@ -20,7 +20,7 @@ from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, regis
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import LLMClient
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
-from evokernel.store import source_hash
+from evokernel.source import source_hash
 
 
 def build_services(config: RunConfig, store) -> dict:

@@ -37,7 +37,8 @@ from evokernel.search.proposals import Job, OperatorContexts, configured_operato
 from evokernel.search import retime
 from evokernel.search.interrupts import interrupt, signals_deferred
 from evokernel.search.stats import SearchResult, SearchStats, failure_kind, proposal_failure_kind
-from evokernel.store import Individual, ProposalFailure, normalized_hash, prompt_box
+from evokernel.store import Individual, ProposalFailure, prompt_box
+from evokernel.source import normalized_hash
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0

@@ -21,9 +21,10 @@ from evokernel.errors import BadInput, read_text
 from evokernel.harness import Task, isolation
 from evokernel.lineage.statistics import proposal_failure_counts
 from evokernel.mutations import Proposal
-from evokernel.mutations.knobs import KnobError, knob_values, parse_knobs
+from evokernel.source import KnobError, knob_values, parse_knobs
 from evokernel.search.stats import SearchStats
-from evokernel.store import DB_NAME, Individual, RunLock, Store, normalized_hash, source_hash
+from evokernel.store import DB_NAME, Individual, RunLock, Store
+from evokernel.source import normalized_hash, source_hash
 
 
 def new_run_dir(runs_dir: Path) -> Path:

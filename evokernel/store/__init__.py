@@ -10,18 +10,18 @@ Layout of a run directory:
 Rows are written as results arrive (WAL mode), so a reader can inspect a live run.
 
 Modules: `schema` (tables, schema version and migrations, checks of a database file), `records` (rows as
-values, source hashes), `database` (`Store`: reads and writes), `runs` (finding and opening runs, the
+values), `database` (`Store`: reads and writes), `runs` (finding and opening runs, the
 driver's lock), `inbox` (the queue of questions people ask a run), `prompt_box` (the files model's prompts and
 answers). Their public names are importable from `evokernel.store`.
 """
 
 from evokernel.store.database import Store
 from evokernel.store.records import (PROMPT_STATUSES, STATUSES, HumanQuestion, Individual, LLMCall, OpenPrompt, Outcome,
-                                     ProposalFailure, normalized_hash, source_hash)
+                                     ProposalFailure)
 from evokernel.store.runs import (DEFAULT_RUNS, RunLock, driver_running, iter_runs, open_readonly, resolve_run,
                                   run_status)
 from evokernel.store.schema import DB_NAME, SCHEMA_VERSION, DamagedDatabase
 
 __all__ = ["DB_NAME", "DEFAULT_RUNS", "PROMPT_STATUSES", "SCHEMA_VERSION", "STATUSES", "DamagedDatabase", "HumanQuestion",
            "Individual", "LLMCall", "OpenPrompt", "Outcome", "ProposalFailure", "RunLock", "Store", "driver_running", "run_status",
-           "iter_runs", "normalized_hash", "open_readonly", "resolve_run", "source_hash"]
+           "iter_runs", "open_readonly", "resolve_run"]

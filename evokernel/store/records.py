@@ -1,30 +1,14 @@
-"""The rows of a run's database as Python values, and the hashes that name and deduplicate sources."""
+"""The rows of a run's database as Python values."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 STATUSES = ("pending", "running", "correct", "rejected")
-
-
-def source_hash(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-def normalized_hash(source: str) -> str:
-    """Hash of the source without comments and whitespace: identical kernels share it.
-
-    Knob comments (`// @knob ...`) are dropped like any comment; the knob values stay in the code.
-    """
-    text = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
-    text = re.sub(r"//[^\n]*", " ", text)
-    return hashlib.sha256(re.sub(r"\s+", "", text).encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """C and CUDA source as a compiler's later phases see it: lines spliced, comments blanked, string and
 character literals blanked (their text kept aside), with a map back to the author's line numbers, so
-that the static guard's word scans see code only.
+that the static guard's word scans see code only; and the source with only its comments blanked, which
+the normalized hash reads. One definition of a comment and of a literal serves both.
 """
 
 from __future__ import annotations
@@ -111,6 +112,26 @@ def lex(source: str, language: str) -> Lexed:
     out.append(text[last:])
     lexed.code = "".join(out)
     return lexed
+
+
+_SLASH_OR_QUOTE_RE = re.compile(r"""[/"']""")
+
+
+def without_comments(source: str) -> str:
+    """The source with each comment one space and everything else as written (literals keep a `//` in them)."""
+    out, last, position = [], 0, 0
+    while match := _SLASH_OR_QUOTE_RE.search(source, position):
+        at, char = match.start(), match.group()
+        if char == "/":
+            token = _COMMENT_RE.match(source, at)
+            if token:
+                out += [source[last:at], " "]
+                last = token.end()
+        else:
+            token = (_STRING_RE if char == '"' else _CHAR_RE).match(source, at)
+        position = max(token.end(), at + 1) if token else at + 1
+    out.append(source[last:])
+    return "".join(out)
 
 
 def search_word(pattern: re.Pattern, code: str, start: int = 0) -> re.Match | None:
