@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -31,27 +31,55 @@ class SelectionConfig(Strict):
     migrants: int = Field(1, ge=1)
 
 
-class OperatorWeights(RootModel[dict[str, Annotated[float, Field(ge=0)]]]):
-    """Operator name -> weight of its proposals: any registered operator (`evokernel.mutations`); those a
-    config does not name keep their registered default weight."""
+class OperatorSettings(RootModel[dict[str, Any]]):
+    """Operator name -> the weight of its proposals, or a mapping of its weight and options
+    (`repair: {weight: 1, max_attempts: 3}`): any registered operator (`evokernel.mutations`), each option
+    checked against what that operator declares; operators a config does not name keep their registered
+    default weight, and options it does not set their declared defaults."""
 
-    root: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    root: dict[str, Any] = Field(default_factory=dict)
     model_config = ConfigDict(validate_default=True)
 
     @field_validator("root")
     @classmethod
-    def _registered(cls, weights: dict[str, float]) -> dict[str, float]:
-        from evokernel.mutations import operators
+    def _registered(cls, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        from evokernel.mutations import registered_operators
 
-        known = operators()
-        for name in weights:
+        known = registered_operators()
+        for name in given:
             if name not in known:
                 raise PydanticCustomError("unknown_operator", "unknown operator '{name}' (known: {known})",
                                           {"name": name, "known": ", ".join(sorted(known))})
-        return {name: weights.get(name, registration.default_weight) for name, registration in known.items()}
+        return {name: _operator_setting(registration, given.get(name, registration.default_weight))
+                for name, registration in known.items()}
 
     def as_dict(self) -> dict[str, float]:
-        return dict(self.root)
+        """Operator name -> weight."""
+        return {name: setting["weight"] for name, setting in self.root.items()}
+
+    def options(self, name: str) -> dict[str, Any]:
+        """An operator's option values (its declared defaults where the config sets none)."""
+        return {key: value for key, value in self.root.get(name, {}).items() if key != "weight"}
+
+
+def _operator_setting(registration, value: Any) -> dict[str, Any]:
+    """One operator's entry as {weight, every option}; an error naming the field (`operators.NAME.OPTION`)."""
+    def refuse(field: str, text: str) -> PydanticCustomError:
+        return PydanticCustomError("operator_setting", "{text}", {"text": text, "field": f"operators.{field}"})
+
+    name = registration.name
+    setting = dict(value) if isinstance(value, dict) else {"weight": value}
+    weight = setting.pop("weight", registration.default_weight)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+        raise refuse(name, f"weight {weight!r} is not a number >= 0")
+    declared = {option.name: option for option in registration.options}
+    for key, given in setting.items():
+        if key not in declared:
+            raise refuse(name, f"no option '{key}' (it takes: {', '.join(['weight', *declared])})")
+        problem = declared[key].problem(given)
+        if problem:
+            raise refuse(f"{name}.{key}", f"{problem} ({declared[key].meaning})")
+    return {"weight": float(weight), **{key: setting.get(key, option.default) for key, option in declared.items()}}
 
 
 class ModelConfig(Strict):
@@ -117,7 +145,6 @@ class TriggerConfig(Strict):
     stagnation_evaluations: int = Field(12, ge=1, description="evaluations without a new best that count as a stall")
     suspicious_gain: float = Field(1.5, gt=1, description="child/parent speedup ratio that counts as suspicious")
     recheck_trials: int = Field(5, ge=1, le=20, description="extra seeds for the re-check of a suspicious gain")
-    max_repairs: int = Field(2, ge=0, description="repair attempts per failing child")
     propose_questions: bool = True
 
 
@@ -164,7 +191,7 @@ class RunConfig(Strict):
                                             "many seconds old; a child near the best is timed interleaved after all "
                                             "(none: every child interleaved)")
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
-    operators: OperatorWeights = Field(default_factory=OperatorWeights)
+    operators: OperatorSettings = Field(default_factory=OperatorSettings)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     bank: BankConfig = Field(default_factory=BankConfig)
     triggers: TriggerConfig = Field(default_factory=TriggerConfig)
@@ -195,11 +222,28 @@ def _is_task_dir_spelling(task: str, base_dir: Path) -> bool:
     return task not in task_names() and (base_dir / task / "task.py").is_file()
 
 
+def _moved_fields(data: dict, source: str, resumed: bool) -> dict:
+    """`triggers.max_repairs` became the repair operator's option `max_attempts`: a resumed run's config (written
+    before) is carried over; a user's config is told where the setting lives now."""
+    triggers = data.get("triggers")
+    if not isinstance(triggers, dict) or "max_repairs" not in triggers:
+        return data
+    if not resumed:
+        raise BadInput(f"{source}: field 'triggers.max_repairs' is now the repair operator's option: "
+                       f"operators: {{repair: {{max_attempts: {triggers['max_repairs']}}}}}")
+    operators = dict(data.get("operators") or {})
+    repair = operators.get("repair", {})
+    repair = dict(repair) if isinstance(repair, dict) else {"weight": repair}
+    operators["repair"] = {**repair, "max_attempts": triggers["max_repairs"]}
+    return {**data, "triggers": {k: v for k, v in triggers.items() if k != "max_repairs"}, "operators": operators}
+
+
 def parse_config(data: dict, source: str, base_dir: Path | None = None, resumed: bool = False) -> RunConfig:
     """Validate a config mapping; relative paths are taken from `base_dir`. A resumed run's seeds are not
     looked for (they were evaluated when it started, and the run may have moved to another machine)."""
     if not isinstance(data, dict):
         raise BadInput(f"{source}: expected a mapping of settings at the top level")
+    data = _moved_fields(data, source, resumed)
     task = data.get("task")
     if base_dir is not None and isinstance(task, str) and _is_task_dir_spelling(task, base_dir):
         data = {**data, "task": str((base_dir / task).expanduser().resolve())}  # a task directory, beside the config
@@ -209,7 +253,8 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None, resumed:
         error = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         message = str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
-        raise BadInput(f"{source}: field '{_field_path(error['loc'])}': {message}{more}") from None
+        field = (error.get("ctx") or {}).get("field") or _field_path(error["loc"])  # a validator may name it exactly
+        raise BadInput(f"{source}: field '{field}': {message}{more}") from None
     except BadInput as exc:
         raise BadInput(f"{source}: field 'task'/'scenarios': {exc}") from None
     if base_dir is not None:

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from evokernel.cli import main
 from evokernel.harness import get_task
-from evokernel.search.human import HumanQuestions
+from evokernel.search.question_queue import HumanQuestions
 from evokernel.store import DB_NAME, SCHEMA_VERSION, Individual, Store, open_readonly
 from evokernel.source import normalized_hash, source_hash
 from evokernel.store.inbox import INBOX_NAME
@@ -130,7 +130,7 @@ def invoke(*args) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-from evokernel.bank.human import human_question_id  # noqa: E402  (the id the children above carry)
+from evokernel.bank.asked_questions import human_question_id  # noqa: E402  (the id the children above carry)
 
 HUMAN_ID = human_question_id(HUMAN)
 
@@ -191,7 +191,7 @@ def test_a_queued_question_is_listed_then_taken_by_the_driver_once(tmp_path):
 def test_a_person_s_question_whose_child_beat_its_parent_is_offered_for_a_bank(tmp_path):
     run_dir = make_run(tmp_path / "run", children=[0.9, 1.2])
     with Store(run_dir) as store:
-        from evokernel.bank.human import make_request
+        from evokernel.bank.asked_questions import make_request
 
         request = make_request(HUMAN, "best", 2, ["memory"])
         request.received_at, request.outcomes = time.time(), [{"child": 2}, {"child": 3}]

@@ -201,7 +201,7 @@ def test_gpu_only_questions_are_tagged_and_never_asked_of_a_cpu_task():
 
 def test_run_services_choose_questions_for_the_tasks_device(tmp_path):
     from evokernel.config import RunConfig
-    from evokernel.mutations.questions import build_services
+    from evokernel.mutations.operators.questions import build_services
     from evokernel.store import Store
 
     llm = {"models": [{"model": "openai/fake", "api_base": "http://127.0.0.1:9/v1"}]}

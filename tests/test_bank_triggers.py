@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from evokernel.bank import QuestionPolicy, TriggerMonitor, load_bank, needs_recheck, prior_from_runs, recheck_reason
-from evokernel.bank.triggers import recheck_options
+from evokernel.bank import QuestionPolicy, TriggerMonitor, load_bank, prior_from_runs
+from evokernel.search.recheck import recheck_options, recheck_reason
 from evokernel.cli import main
 from evokernel.config import TriggerConfig
 from evokernel.harness import CheckOptions
@@ -51,12 +51,11 @@ def test_declared_limit_and_suspicious_gain_are_one_shot_and_recorded(tmp_path):
 
 def test_suspicious_gains_and_roofline_flags_need_a_recheck_with_more_trials_and_a_new_seed():
     config = TriggerConfig(suspicious_gain=1.5, recheck_trials=7)
-    assert needs_recheck(1.0, 1.6, None, config) and not needs_recheck(1.0, 1.4, None, config)
+    assert recheck_reason(1.0, 1.6, None, config) and recheck_reason(1.0, 1.4, None, config) is None
     # the reason names the ratio that made the gain suspicious, not the child's own speedup
     assert recheck_reason(0.62, 1.004, None, config) == "1.62x its parent (1.004 against 0.620; suspicious from 1.5x)"
     assert recheck_reason(1.0, 1.1, {"suspicious": True}, config) == "a scenario faster than the roofline"
-    assert needs_recheck(1.0, 1.1, {"suspicious": True}, config)
-    assert not needs_recheck(None, None, None, config) and not needs_recheck(None, 3.0, {"suspicious": False}, config)
+    assert recheck_reason(None, None, None, config) is None and recheck_reason(None, 3.0, {"suspicious": False}, config) is None
     base = CheckOptions(trials=3, seed=1234, scenario_set="all")
     options = [recheck_options(base, config, random.Random(i)) for i in range(20)]
     assert all(o.trials == 7 and o.seed != 1234 and o.scenario_set == "all" for o in options)

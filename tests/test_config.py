@@ -150,3 +150,13 @@ def test_a_run_keeps_absolute_seed_paths_and_resumes_without_its_seeds(tmp_path,
     with pytest.raises(BadInput, match="field 'seeds.0': file not found"):
         load_config(run_copy)
     assert load_config(run_copy, resumed=True).seeds == config.seeds
+
+
+def test_a_setting_that_moved_to_an_operator_says_where_it_lives_now_and_old_runs_resume():
+    with pytest.raises(BadInput, match=r"^c.yaml: field 'triggers.max_repairs' is now the repair operator's option: "
+                                       r"operators: \{repair: \{max_attempts: 4\}\}$"):
+        parse_config({"task": "attention-fwd-cpu", "triggers": {"max_repairs": 4}}, "c.yaml")
+    resumed = parse_config({"task": "attention-fwd-cpu", "triggers": {"max_repairs": 4, "suspicious_gain": 2},
+                            "operators": {"repair": 0.25}}, "RUN/config.yaml", resumed=True)
+    assert resumed.operators.options("repair") == {"max_attempts": 4} and resumed.operators.as_dict()["repair"] == 0.25
+    assert resumed.triggers.suspicious_gain == 2

@@ -13,7 +13,7 @@ import pytest
 
 from evokernel.harness import guard
 from evokernel.harness.languages import LANGUAGES
-from evokernel.harness.tasks import get_task
+from evokernel.harness.task_loader import get_task
 
 CPU_TASK = get_task("attention-fwd-cpu")
 GPU_TASK = get_task("attention-fwd")

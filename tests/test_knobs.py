@@ -8,8 +8,8 @@ import pytest
 import evokernel
 
 from evokernel.harness import get_task
-from evokernel.mutations import Context, Parent, ProposalFailed, operators
-from evokernel.mutations.knobs import KnobCrossover, KnobMutation
+from evokernel.mutations import Context, Parent, ProposalFailed, registered_operators
+from evokernel.mutations.operators.knobs import KnobCrossover, KnobMutation
 from evokernel.source import KnobError, knob_values, parse_knobs, set_knobs
 from evokernel.source import normalized_hash
 
@@ -113,7 +113,7 @@ def test_crossover_mates_are_kernels_with_the_same_knobs_and_other_values():
 
 
 def test_knob_operators_are_registered():
-    registered = operators()
+    registered = registered_operators()
     assert registered["knob-mutation"].factory is KnobMutation and registered["knob-crossover"].factory is KnobCrossover
     assert not registered["knob-mutation"].uses_llm and registered["knob-mutation"].default_weight == 1.0
 

@@ -8,8 +8,8 @@ import pytest
 from evokernel import mutations
 from evokernel.config import parse_config
 from evokernel.errors import BadInput
-from evokernel.mutations import Proposal, llm_operator_names, operators, register
-from evokernel.search.proposals import configured_operators
+from evokernel.mutations import Proposal, llm_operator_names, registered_operators, register
+from evokernel.search.operator_contexts import configured_operators
 
 
 class Rewrite:
@@ -26,12 +26,12 @@ class Rewrite:
 
 @pytest.fixture
 def rewrite_registered(monkeypatch):
-    monkeypatch.setattr(mutations, "_REGISTRY", operators())  # every module imported: the copy holds them all
+    monkeypatch.setattr(mutations, "_REGISTRY", registered_operators())  # every module imported: the copy holds them all
     register(default_weight=0.25)(Rewrite)
 
 
 def test_a_registered_operator_is_weighted_by_name_and_needs_a_model(rewrite_registered):
-    assert operators()["rewrite"].default_weight == 0.25 and "rewrite" in llm_operator_names()
+    assert registered_operators()["rewrite"].default_weight == 0.25 and "rewrite" in llm_operator_names()
     config = parse_config({"task": "attention-fwd-cpu", "operators": {"rewrite": 3}}, "config.yaml")
     assert config.operators.as_dict()["rewrite"] == 3 and config.operators.as_dict()["knob-mutation"] == 1.0
     said = []

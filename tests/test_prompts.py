@@ -16,7 +16,7 @@ from evokernel.harness.build import build
 from evokernel.mutations import Parent
 from evokernel.mutations.prompts import (_demangle, compiler_messages, crossover_prompt, mutation_prompt,
                                          register_summary, repair_prompt)
-from evokernel.search.proposals import CHILDREN_SHOWN, LINEAGE_DEPTH, lineage_summary, parent_view
+from evokernel.search.operator_contexts import CHILDREN_SHOWN, LINEAGE_DEPTH, lineage_summary, parent_view
 from evokernel.store import Individual, Store
 from evokernel.source import normalized_hash, source_hash
 

@@ -77,7 +77,7 @@ def broken_run(tmp_path_factory) -> tuple:
      "edit N: SEARCH text not found in the parent"),
     ("question-mutation", "question-mutation (q): no code block and no SEARCH/REPLACE edits in the answer",
      "no code block and no SEARCH/REPLACE edits in the answer"),
-    ("repair", "repair: 3 repairs already spent on kernel #12's line (triggers.max_repairs = 3)",
+    ("repair", "repair: 3 repairs already spent on kernel #12's line (operators.repair.max_attempts = 3)",
      "N repairs already spent on kernel #N's line"),
     ("question-mutation", "LLM call failed on every model (rate limited: RateLimitError: slow down)",
      "LLM call failed on every model"),

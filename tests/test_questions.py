@@ -10,8 +10,8 @@ import pytest
 from evokernel.bank import TriggerMonitor
 from evokernel.config import RunConfig
 from evokernel.harness import get_task
-from evokernel.mutations import Context, Parent, ProposalFailed, operators
-from evokernel.mutations.questions import build_services
+from evokernel.mutations import Context, Parent, ProposalFailed, registered_operators
+from evokernel.mutations.operators.questions import build_services
 from evokernel.store import Store
 from bank_helpers import add_kernel
 from fake_llm_server import FakeLLMServer
@@ -59,7 +59,7 @@ def parent(kernel_id: int = 1, source: str = ORIGINAL, report: dict | None = REP
 
 
 def test_question_operators_are_registered():
-    registry = operators()
+    registry = registered_operators()
     assert {"question-mutation", "question-crossover", "repair"} <= set(registry)
     assert registry["question-crossover"].factory(None).arity == 2 and registry["repair"].uses_llm
 
@@ -68,7 +68,7 @@ def test_full_file_answer_makes_a_child_with_the_question_recorded(store):
     child = ORIGINAL.replace("#define BLOCK_K 8 ", "#define BLOCK_K 16")
     with FakeLLMServer([f"The key loop reloads Q.\n```c\n{child}```\n"]) as server:
         config = run_config(server)
-        op = operators()["question-mutation"].factory(config)
+        op = registered_operators()["question-mutation"].factory(config)
         proposal = op([parent()], context(config, store, trigger="stagnation"))
         prompt = server.requests[0]["messages"][0]["content"]
     question = build_services(config, store)["bank"].get(proposal.question_id)
@@ -88,7 +88,7 @@ def test_search_replace_answer_and_declared_limit(store):
     edit = "<<<<<<< SEARCH\n#define BLOCK_Q 4 \n=======\n#define BLOCK_Q 8 \n>>>>>>> REPLACE\n"
     with FakeLLMServer([edit, "This kernel is already optimal; no change can help."]) as server:
         config = run_config(server)
-        op = operators()["question-mutation"].factory(config)
+        op = registered_operators()["question-mutation"].factory(config)
         edited = op([parent()], context(config, store))
         limit = op([parent()], context(config, store))
     assert "#define BLOCK_Q 8" in edited.source and "#define BLOCK_Q 4 " not in edited.source
@@ -100,7 +100,7 @@ def test_garbage_timeouts_and_rate_limits_are_recorded_failures(store):
     script = ["I am not sure what to do here.", {"status": 429}, {"status": 429}, {"delay": 2, "content": "late"}]
     with FakeLLMServer(script) as server:
         config = run_config(server, timeout_s=0.5)
-        op = operators()["question-mutation"].factory(config)
+        op = registered_operators()["question-mutation"].factory(config)
         failures = []
         for _ in range(3):
             with pytest.raises(ProposalFailed) as info:
@@ -118,7 +118,7 @@ def test_crossover_asks_a_crossover_question_about_both_parents(store):
     other = ORIGINAL.replace("#define THREADS 1 ", "#define THREADS 2 ")
     with FakeLLMServer([f"```c\n{other}```"]) as server:
         config = run_config(server)
-        proposal = operators()["question-crossover"].factory(config)(
+        proposal = registered_operators()["question-crossover"].factory(config)(
             [parent(1), parent(2, other)], context(config, store))
         prompt = server.requests[0]["messages"][0]["content"]
     assert proposal.trigger == "crossover" and proposal.parent_ids == [1, 2]
@@ -132,8 +132,8 @@ def test_repair_gets_the_error_and_is_bounded(store):
     seed = add_kernel(store, ORIGINAL, 1.0)
     broken = add_kernel(store, ORIGINAL + "int broken\n", None, [seed], "barrier-waits", "question-mutation")
     with FakeLLMServer([f"```c\n{ORIGINAL}```", f"```c\n{ORIGINAL}// again\n```"]) as server:
-        config = run_config(server, triggers={"max_repairs": 1})
-        repair = operators()["repair"].factory(config)
+        config = run_config(server, operators={"repair": {"max_attempts": 1}})
+        repair = registered_operators()["repair"].factory(config)
         failing = parent(broken, ORIGINAL + "int broken\n", failing_report, None)
         proposal = repair([failing], context(config, store))
         prompt = server.requests[0]["messages"][0]["content"]
@@ -151,7 +151,7 @@ def test_a_child_that_beats_its_parent_files_the_proposed_question(store):
               "Does every warp read the same K row from shared memory at the same time?</new-question>")
     with FakeLLMServer([answer, answer.replace("faster", "slower")]) as server:
         config = run_config(server)
-        op = operators()["question-mutation"].factory(config)
+        op = registered_operators()["question-mutation"].factory(config)
         better = op([parent()], context(config, store))
         worse = op([parent()], context(config, store, seed=1))
     monitor = TriggerMonitor(config.triggers, store)

@@ -22,7 +22,7 @@ from evokernel.config import load_config
 from evokernel.errors import BadInput
 from evokernel.harness import get_task
 from evokernel.mutations import Proposal
-from evokernel.mutations.knobs import KnobCrossover, KnobMutation
+from evokernel.mutations.operators.knobs import KnobCrossover, KnobMutation
 from evokernel.search import Search, failure_kind
 from evokernel.search.driver import UNPRODUCTIVE_LIMIT
 from evokernel.store import Store

@@ -12,8 +12,8 @@ import yaml
 
 from evokernel.config import load_config
 from evokernel.harness import get_task
-from evokernel.mutations import Context, Parent, operators
-from evokernel.mutations.questions import build_services
+from evokernel.mutations import Context, Parent, registered_operators
+from evokernel.mutations.operators.questions import build_services
 from evokernel.store import Store
 from fake_llm_server import FakeLLMServer
 
@@ -45,7 +45,7 @@ def test_llm_operators_work_on_a_copied_task_directory(tmp_path):
                                                 "retry_backoff_s": 0, "max_retries": 0})
         services = build_services(config, store)
         context = Context(rng=random.Random(0), task=task, store=store, services=services)
-        registry = operators()
+        registry = registered_operators()
         parent = Parent(id=1, source=original, fitness=1.0)
         other = Parent(id=2, source=child, fitness=1.1)
         proposals = [registry["question-mutation"].factory(config)([parent], context),

@@ -1,4 +1,4 @@
-"""The question bank: questions (YAML), lint, when to ask (triggers), which to ask (policy), what paid (stats).
+"""The question bank: questions (YAML), lint, when to ask (triggers), which to ask (policy), what paid (payoffs).
 
 Interface used by the search, the operators and the CLI:
 - `load_bank(dirs, builtin=True) -> Bank`; `Bank.for_trigger(trigger, device)`, `Bank.get(id)`; `Question`
@@ -16,9 +16,8 @@ Interface used by the search, the operators and the CLI:
   records each with `store.add_trigger_event`; stores a question the LLM proposed when its child beat the
   parent), `declared_limit(proposal)` for a proposal that declared a limit and was not evaluated, and
   `active()` before each LLM proposal (the trigger to put in `Context.trigger`; one-shot events are consumed).
-- `needs_recheck(parent_fitness, child_fitness, report, config.triggers)` (why: `recheck_reason`) and `recheck_options(options,
-  config.triggers, rng)`: a child with a suspicious gain is checked again by the harness with more trials
-  and a fresh seed; only the re-check's verdict may make it the best.
+- `gain_ratio(parent_fitness, child_fitness)`: the child's fitness over its parent's (the suspicious-gain trigger;
+  the search's re-check policy, `evokernel.search.recheck`, reads it too).
 - `parse_proposed_question(answer)`, `review_proposed(store, id, accept, bank_dir, layers)`, `PROPOSAL_FORMAT`:
   LLM-proposed questions are stored as `proposed` and join a bank only when accepted (`evokernel bank review`).
 """
@@ -30,10 +29,10 @@ from functools import lru_cache
 from evokernel.bank.admit import admit_question
 from evokernel.bank.lint import Problem, duplicate_problems, lint_questions, shape_problems
 from evokernel.bank.policy import QuestionPolicy
-from evokernel.bank.proposals import PROPOSAL_FORMAT, parse_proposed_question, review_proposed
+from evokernel.bank.proposed_questions import PROPOSAL_FORMAT, parse_proposed_question, review_proposed
+from evokernel.bank.payoffs import configured_question_texts, prior_from_runs
 from evokernel.bank.questions import LAYERS, TRIGGERS, Bank, Question, load_bank, write_question
-from evokernel.bank.stats import configured_question_texts, prior_from_runs
-from evokernel.bank.triggers import TriggerMonitor, needs_recheck, recheck_options, recheck_reason
+from evokernel.bank.triggers import TriggerMonitor, gain_ratio
 
 
 @lru_cache(maxsize=1)
@@ -50,5 +49,5 @@ def question_text(question_id: str) -> str:
 
 __all__ = ["LAYERS", "PROPOSAL_FORMAT", "TRIGGERS", "Bank", "Problem", "Question", "QuestionPolicy",
            "TriggerMonitor", "admit_question", "configured_question_texts", "duplicate_problems", "lint_questions",
-           "load_bank", "needs_recheck", "recheck_reason", "parse_proposed_question", "prior_from_runs", "question_text",
-           "recheck_options", "review_proposed", "shape_problems", "write_question"]
+           "gain_ratio", "load_bank", "parse_proposed_question", "prior_from_runs", "question_text", "review_proposed",
+           "shape_problems", "write_question"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from evokernel.bank.questions import Bank, Question
-from evokernel.bank.stats import outcome_counts
+from evokernel.bank.payoffs import outcome_counts
 from evokernel.errors import BadInput
 
 

@@ -1,17 +1,13 @@
 """When to ask which kind of question: stagnation, a declared limit, a suspiciously large gain.
 
 The search calls `TriggerMonitor.observe` after every evaluation and `TriggerMonitor.active` before
-every LLM proposal. A suspicious gain is also a measurement problem: `needs_recheck` says when a
-child must be re-checked by the harness with `recheck_options` (more trials, a fresh seed) before
-its fitness may count (the search keeps the re-check's verdict, or rejects the child if it fails).
+every LLM proposal. A suspicious gain is also a measurement problem, which the search handles
+(`evokernel.search.recheck`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import random
-
-from evokernel.bank.proposals import harvest_proposed_question
+from evokernel.bank.proposed_questions import harvest_proposed_question
 from evokernel.config import TriggerConfig
 
 ONE_SHOT = ("suspicious-gain", "declared-limit")  # in priority order; each firing is used by one question
@@ -21,36 +17,6 @@ def gain_ratio(parent_fitness: float | None, child_fitness: float | None) -> flo
     if not parent_fitness or child_fitness is None or parent_fitness <= 0:
         return None
     return child_fitness / parent_fitness
-
-
-def recheck_reason(parent_fitness: float | None, child_fitness: float | None, report,
-                   config: TriggerConfig) -> str | None:
-    """Why a correct child must be re-checked before it may become the best (None: it need not): it is
-    `config.suspicious_gain` times faster than its parent, or the harness flagged a scenario as faster than
-    the roofline. `report` is a CheckReport or its dict (or None)."""
-    if child_fitness is None:
-        return None
-    ratio = gain_ratio(parent_fitness, child_fitness)
-    flagged = report.get("suspicious") if isinstance(report, dict) else getattr(report, "suspicious", False)
-    if ratio is not None and ratio >= config.suspicious_gain:
-        return (f"{ratio:.2f}x its parent ({child_fitness:.3f} against {parent_fitness:.3f}; suspicious from "
-                f"{config.suspicious_gain:g}x)")
-    return "a scenario faster than the roofline" if flagged else None
-
-
-def needs_recheck(parent_fitness: float | None, child_fitness: float | None, report, config: TriggerConfig) -> bool:
-    """Whether a correct child must be re-checked before it may become the best (see `recheck_reason`)."""
-    return recheck_reason(parent_fitness, child_fitness, report, config) is not None
-
-
-def recheck_options(options, config: TriggerConfig, rng: random.Random):
-    """CheckOptions for the re-check: at least `config.recheck_trials` trials, a seed never used before, and
-    the speed reference timed interleaved."""
-    seed = rng.randrange(1, 2 ** 31)
-    while seed == options.seed:
-        seed = rng.randrange(1, 2 ** 31)
-    return dataclasses.replace(options, trials=max(options.trials, config.recheck_trials), seed=seed,
-                               reference_reuse_s=None)
 
 
 class TriggerMonitor:

@@ -41,8 +41,8 @@ def ask(run: str, question: str | None, target: str, times: str, layers: tuple[s
 
 
 def _queue(run: str, text: str, target: str, times: str, layers: list[str]) -> None:
-    from evokernel.bank.human import MAX_TIMES, make_request
-    from evokernel.search.human import describe_target
+    from evokernel.bank.asked_questions import MAX_TIMES, make_request
+    from evokernel.search.question_queue import describe_target
     from evokernel.store import inbox
 
     with open_run(run) as lin:

@@ -129,7 +129,7 @@ def bank_review(run: str, accept: tuple[str, ...], reject: tuple[str, ...], bank
     """Show the questions RUN offers for a bank (those the LLM proposed, and those people asked with
     `evokernel ask` whose children beat their parents); accept or reject them into --bank (the run is only read)."""
     from evokernel.bank import review_proposed
-    from evokernel.bank.proposals import review_status, reviewable_questions
+    from evokernel.bank.proposed_questions import review_status, reviewable_questions
     from evokernel.output import Column, print_table
     from evokernel.store import open_readonly, resolve_run
 

@@ -18,7 +18,7 @@ from evokernel.harness.sandbox import Isolation, isolation
 from evokernel.harness.slot import Slot
 from evokernel.harness.speed_reference import SpeedReference
 from evokernel.harness.task import Baseline, Scalar, Task, Tensor
-from evokernel.harness.tasks import get_task, task_names, tasks_in
+from evokernel.harness.task_loader import get_task, task_names, tasks_in
 
 __all__ = ["LANGUAGES", "BackendProfile", "Baseline", "CheckOptions", "CheckReport", "Isolation", "Language", "Scalar", "ScenarioResult", "Slot", "SpeedReference", "Task", "Tensor",
            "build_checked", "check_kernel", "check_source", "geomean", "get_task", "isolation", "profile_of",

@@ -20,7 +20,7 @@ from evokernel.harness.slot import Slot
 from evokernel.harness.speed_reference import SpeedReference
 from evokernel.harness.supervisor import run_worker
 from evokernel.harness.task import Task
-from evokernel.harness.tasks import get_task
+from evokernel.harness.task_loader import get_task
 
 
 @dataclass

@@ -36,7 +36,7 @@ from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, C
 from evokernel.harness.runner import RunnerGone, refuse_inspection
 from evokernel.harness.worker_start import baseline_kernel, import_backend, read_request
 from evokernel.harness.task import BUILT_SPEED_REFERENCES, Task, sampled_elements
-from evokernel.harness.tasks import load_task_dir
+from evokernel.harness.task_loader import load_task_dir
 
 LIMIT_FACTOR = 50.0  # a step may take this many times the original's time before it is killed
 # Sampled elements of a timed call are held to this multiple of the scenario's verification bound (the bound

@@ -1,12 +1,15 @@
 """Mutation operators: how a child kernel is proposed from one or two parents.
 
-An operator is one module of this package holding a class decorated with `register`: the class's
+The operators themselves are the modules of `evokernel.mutations.operators`, each holding classes decorated
+with `register`; beside them, what the LLM-asking ones share: `prompts` (what a model is told), `edits`
+(applying its answer), `llm` and `command_model` (calling a model). A registered class's
 `name`, `arity` and `uses_llm` and the registration's default weight are all that the config (which
 accepts the weight of any registered name) and the search (which uses the operators whose weight is
 positive, those that use an LLM only when a model is configured) need.
 Knob operators need no LLM; question operators ask a question from the bank through an LLM.
-Interface: `Parent`, `Proposal`, `ProposalFailed`, `AnswerPending`, `Context`, `Operator`, `Registration`, `register`,
-`operators`, `llm_operator_names`.
+Interface: `Parent`, `Proposal`, `ProposalFailed`, `AnswerPending`, `Context`, `Operator`, `Option`, `Registration`,
+`register`,
+`registered_operators`, `llm_operator_names`.
 """
 
 from __future__ import annotations
@@ -86,8 +89,35 @@ class Operator(Protocol):
     name: str
     arity: int  # parents it takes
     uses_llm: bool
+    options: tuple[Option, ...]  # what a config may set besides its weight (may be left out: none)
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal: ...
+
+
+@dataclass(frozen=True)
+class Option:
+    """A setting an operator declares and a config may give it (`operators: {NAME: {weight: W, OPTION: V}}`);
+    the config checks every given value against the operator's own declaration (its type is the default's)."""
+
+    name: str
+    meaning: str
+    default: bool | int | float
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` cannot be this option's setting (None: it can)."""
+        kind = type(self.default)
+        fits = (isinstance(value, bool) if kind is bool else
+                isinstance(value, int) and not isinstance(value, bool) if kind is int else
+                isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not fits:
+            return f"expected {'a number' if kind is float else kind.__name__}, got {value!r}"
+        if self.minimum is not None and value < self.minimum:
+            return f"{value} is below its minimum {self.minimum:g}"
+        if self.maximum is not None and value > self.maximum:
+            return f"{value} is above its maximum {self.maximum:g}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -98,6 +128,12 @@ class Registration:
     factory: Callable[..., Operator]  # called with the RunConfig
     uses_llm: bool  # built only when the config names a model (llm.models)
     default_weight: float  # its weight when the config's `operators` does not name it
+    options: tuple[Option, ...] = ()  # what a config may set besides the weight (the class's `options`)
+
+    def settings(self, config: Any = None) -> dict[str, Any]:
+        """This operator's option values in `config` (a RunConfig; None: the declared defaults)."""
+        given = config.operators.options(self.name) if config is not None else {}
+        return {option.name: given.get(option.name, option.default) for option in self.options}
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -108,20 +144,23 @@ def register(default_weight: float) -> Callable:
     `default_weight` unless a config says otherwise."""
 
     def decorate(factory: type) -> type:
-        _REGISTRY[factory.name] = Registration(factory.name, factory, factory.uses_llm, default_weight)
+        _REGISTRY[factory.name] = Registration(factory.name, factory, factory.uses_llm, default_weight,
+                                               tuple(getattr(factory, "options", ())))
         return factory
 
     return decorate
 
 
-def operators() -> dict[str, Registration]:
-    """Every registered operator, by name (importing each module of this package: an operator's module
-    registers it as it is imported)."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+def registered_operators() -> dict[str, Registration]:
+    """Every registered operator, by name (importing each module of `evokernel.mutations.operators`: an
+    operator's module registers it as it is imported)."""
+    from evokernel.mutations import operators as family
+
+    for module in pkgutil.iter_modules(family.__path__):
+        importlib.import_module(f"{family.__name__}.{module.name}")
     return dict(_REGISTRY)
 
 
 def llm_operator_names() -> list[str]:
     """The registered operators that ask an LLM (they need a model in the config)."""
-    return sorted(name for name, registration in operators().items() if registration.uses_llm)
+    return sorted(name for name, registration in registered_operators().items() if registration.uses_llm)

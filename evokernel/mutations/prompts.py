@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from evokernel.bank import Question
-from evokernel.bank.proposals import PROPOSAL_FORMAT
+from evokernel.bank.proposed_questions import PROPOSAL_FORMAT
 from evokernel.harness import LANGUAGES, CheckOptions, SpeedReference, Task, profile_of
 from evokernel.harness.build import show_source_paths
 from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS

@@ -18,7 +18,7 @@ from typing import Callable
 
 from evokernel.mutations import Proposal, ProposalFailed
 from evokernel.mutations.edits import parse_answer
-from evokernel.search.proposals import Job, parent_view
+from evokernel.search.operator_contexts import Job, parent_view
 from evokernel.store import OpenPrompt, Store, prompt_box
 
 POLL_INTERVAL_S = 1.0

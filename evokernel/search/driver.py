@@ -22,23 +22,24 @@ from pathlib import Path
 from typing import Callable
 
 
-from evokernel.bank import TriggerMonitor, recheck_options, recheck_reason
+from evokernel.bank import TriggerMonitor
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
 from evokernel.harness import CheckOptions, Task, get_task, show_source_paths
-from evokernel.mutations import AnswerPending, Operator, Proposal, ProposalFailed, llm_operator_names, operators
+from evokernel.mutations import AnswerPending, Operator, Proposal, ProposalFailed, llm_operator_names, registered_operators
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
-from evokernel.search.budget import end_reason, time_or_money_spent
-from evokernel.search.answers import FileAnswers
-from evokernel.search.human import HumanQuestions
-from evokernel.search.proposals import Job, OperatorContexts, configured_operators, operator_services, parent_view
 from evokernel.search import retime
+from evokernel.search.answers import FileAnswers
+from evokernel.search.budget import end_reason, time_or_money_spent
 from evokernel.search.interrupts import interrupt, signals_deferred
-from evokernel.search.stats import SearchResult, SearchStats, failure_kind, proposal_failure_kind
-from evokernel.store import Individual, ProposalFailure, prompt_box
+from evokernel.search.operator_contexts import Job, OperatorContexts, configured_operators, operator_services, parent_view
+from evokernel.search.progress import SearchResult, SearchStats, failure_kind, proposal_failure_kind
+from evokernel.search.question_queue import HumanQuestions
+from evokernel.search.recheck import recheck_options, recheck_reason
 from evokernel.source import normalized_hash
+from evokernel.store import Individual, ProposalFailure, prompt_box
 
 UNPRODUCTIVE_LIMIT = 200  # proposals in a row that were duplicates or failed: the space is exhausted
 PROGRESS_INTERVAL_S = 1.0
@@ -99,7 +100,7 @@ class Search:
         self.answered_unevaluated: set[int] = set()  # children of the files model's answers, not yet evaluated
         # asks people's questions; None when this session has no question operators (no model)
         self.human_operator: Operator | None = (
-            (self.ops.get("question-mutation") or operators()["question-mutation"].factory(config))
+            (self.ops.get("question-mutation") or registered_operators()["question-mutation"].factory(config))
             if self.services else None)
         self.rng = random.Random(f"{config.random_seed}:{self.session.index}")
         random.seed(f"{config.random_seed}:{self.session.index}:deap")  # DEAP's selection draws from `random`

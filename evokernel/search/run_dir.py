@@ -22,7 +22,7 @@ from evokernel.harness import Task, isolation
 from evokernel.lineage.statistics import proposal_failure_counts
 from evokernel.mutations import Proposal
 from evokernel.source import KnobError, knob_values, parse_knobs
-from evokernel.search.stats import SearchStats
+from evokernel.search.progress import SearchStats
 from evokernel.store import DB_NAME, Individual, RunLock, Store
 from evokernel.source import normalized_hash, source_hash
 

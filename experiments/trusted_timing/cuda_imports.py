@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from evokernel.harness.build import build
-from evokernel.harness.tasks import get_task, load_task_dir
+from evokernel.harness.task_loader import get_task, load_task_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVED = 16  # kernels taken from each archive (a wgmma kernel takes up to a minute to build)

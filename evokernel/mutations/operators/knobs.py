@@ -14,12 +14,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, register
+from evokernel.mutations import Context, Option, Parent, Proposal, ProposalFailed, register, registered_operators
 from evokernel.source import Knob, KnobError, normalized_hash, parse_knobs, set_knobs
-
-CROSSOVER_DRAWS = 32  # draws to get a child that differs from both parents and is not yet known
-FARTHER_DRAWS = 32  # random variants tried per number of changed knobs, once every one-knob change is known
-
 
 def _parent_knobs(parent: Parent) -> dict[str, Knob]:
     try:
@@ -32,12 +28,14 @@ def _parent_knobs(parent: Parent) -> dict[str, Knob]:
 
 
 class _KnobOperator:
-    """Built like every operator, from the run's config (the knob operators need nothing from it)."""
+    """Built like every operator, from the run's config (the knob operators read only their options)."""
 
+    name = ""
     uses_llm = False
 
     def __init__(self, config: object = None) -> None:
         self.config = config
+        self.settings = registered_operators()[self.name].settings(config)
 
 
 @register(default_weight=1.0)
@@ -46,24 +44,26 @@ class KnobMutation(_KnobOperator):
 
     name = "knob-mutation"
     arity = 1
+    options = (Option("farther_draws", "random changes of 2, 3, ... knobs tried per count once every one-knob "
+                      "change of the parent is known", 32, minimum=1, maximum=10_000),)
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         parent = parents[0]
         knobs = _parent_knobs(parent)
         change: dict[str, str] = {}
-        for change in self._changes(knobs, context.rng):
+        for change in self._changes(knobs, context.rng, self.settings["farther_draws"]):
             source = set_knobs(parent.source, change)
             if not _known(source, context):
                 break
         return self._proposal(parent, knobs, change, source)
 
     @staticmethod
-    def _changes(knobs: dict[str, Knob], rng: random.Random) -> Iterator[dict[str, str]]:
-        """Every one-knob change in random order, then `FARTHER_DRAWS` random changes of 2, 3, ... knobs."""
+    def _changes(knobs: dict[str, Knob], rng: random.Random, farther_draws: int) -> Iterator[dict[str, str]]:
+        """Every one-knob change in random order, then `farther_draws` random changes of 2, 3, ... knobs."""
         yield from _one_knob_changes(knobs, rng)
         tunable = [name for name, k in knobs.items() if len(k.values) > 1]
         for count in range(2, len(tunable) + 1):
-            for _ in range(FARTHER_DRAWS):
+            for _ in range(farther_draws):
                 yield {name: rng.choice([v for v in knobs[name].values if v != knobs[name].value])
                        for name in rng.sample(tunable, count)}
 
@@ -96,6 +96,8 @@ class KnobCrossover(_KnobOperator):
 
     name = "knob-crossover"
     arity = 2
+    options = (Option("draws", "draws to find a child that differs from both parents and is not yet in the run",
+                      32, minimum=1, maximum=10_000),)
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         first, second = parents[0], parents[1]
@@ -107,7 +109,7 @@ class KnobCrossover(_KnobOperator):
         if a == b:
             raise ProposalFailed(f"parents {first.id} and {second.id} have the same knob values")
         child = a
-        for _ in range(CROSSOVER_DRAWS):  # a child that differs from both parents and is not known
+        for _ in range(self.settings["draws"]):  # a child that differs from both parents and is not known
             child = {name: (a if context.rng.random() < 0.5 else b)[name] for name in a}
             if child not in (a, b) and not _known(self._source(first, second, child), context):
                 break

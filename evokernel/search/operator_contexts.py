@@ -14,7 +14,7 @@ from typing import Any, Callable
 from evokernel.bank import Question, configured_question_texts
 from evokernel.config import RunConfig
 from evokernel.harness import Task
-from evokernel.mutations import Context, Operator, Parent, operators
+from evokernel.mutations import Context, Operator, Parent, registered_operators
 from evokernel.population import Kernel
 from evokernel.store import Individual, Store
 
@@ -38,7 +38,7 @@ class Job:
 
 def configured_operators(config: RunConfig, notify: Callable[[str], None]) -> dict[str, tuple[Operator, float]]:
     """name -> (operator, weight) for every registered operator the config weights above zero and can serve."""
-    registered = operators()
+    registered = registered_operators()
     llm = bool(config.llm.models)
     if not llm:
         notify("no LLM model is configured (llm.models / --model): using the knob operators only")
@@ -50,7 +50,7 @@ def operator_services(config: RunConfig, store: Store, llm: bool) -> dict[str, A
     """Shared clients of the LLM operators (LLM client, bank, policy), when one is used and a model configured."""
     if not (llm and config.llm.models):
         return {}
-    from evokernel.mutations.questions import build_services
+    from evokernel.mutations.operators.questions import build_services
 
     return build_services(config, store)
 

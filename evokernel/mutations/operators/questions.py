@@ -16,7 +16,7 @@ from pathlib import Path
 from evokernel.bank import Question, QuestionPolicy, load_bank, prior_from_runs
 from evokernel.config import RunConfig
 from evokernel.harness import get_task, profile_of
-from evokernel.mutations import Context, Parent, Proposal, ProposalFailed, register
+from evokernel.mutations import Context, Option, Parent, Proposal, ProposalFailed, register, registered_operators
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import LLMClient
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
@@ -42,8 +42,9 @@ class _QuestionOperator:
     arity = 1
     uses_llm = True
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig | None) -> None:
         self.config = config
+        self.settings = registered_operators()[self.name].settings(config)
 
     def _services(self, context: Context) -> tuple[LLMClient, QuestionPolicy]:
         try:
@@ -129,16 +130,17 @@ class Repair(_QuestionOperator):
     """Ask a repair question about a kernel the harness rejected, with its error."""
 
     name = "repair"
+    options = (Option("max_attempts", "repair attempts per failing kernel's line", 2, minimum=0, maximum=100),)
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         failing = parents[0]
         error = failure_text(failing.report)
         if error is None:
             raise ProposalFailed(f"repair: kernel #{failing.id} did not fail (nothing to repair)")
-        spent = repairs_so_far(context.store, failing.id)
-        if spent >= self.config.triggers.max_repairs:
+        spent, allowed = repairs_so_far(context.store, failing.id), self.settings["max_attempts"]
+        if spent >= allowed:
             raise ProposalFailed(f"repair: {spent} repairs already spent on kernel #{failing.id}'s line "
-                                 f"(triggers.max_repairs = {self.config.triggers.max_repairs})")
+                                 f"(operators.repair.max_attempts = {allowed})")
         question = self._question("repair", context)
         prompt = repair_prompt(failing, question, context.task, error)
         return self._answer(prompt, question, "repair", parents[:1], context)

@@ -11,7 +11,7 @@ import time
 
 from evokernel.bank.lint import shape_problems
 from evokernel.bank.questions import LAYERS, slug
-from evokernel.bank.stats import beats_parents
+from evokernel.bank.payoffs import beats_parents
 from evokernel.errors import BadInput
 from evokernel.store import HumanQuestion, Store
 from evokernel.store.inbox import new_request_id

@@ -1,5 +1,5 @@
 """Questions the LLM proposes after one of its children beat its parent, and their review (which also offers
-the questions people asked whose children beat their parents, `evokernel.bank.human`).
+the questions people asked whose children beat their parents, `evokernel.bank.asked_questions`).
 
 The prompt invites one new question in a tagged section (`PROPOSAL_FORMAT`); when the child turns
 out better than its parent the question is stored as `proposed` in the run, and it joins a bank
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from evokernel.bank.admit import admit_question
-from evokernel.bank.human import reviewable_human_questions
+from evokernel.bank.asked_questions import reviewable_human_questions
 from evokernel.bank.lint import device_problems, shape_problems
 from evokernel.bank.questions import LAYERS, TRIGGERS, load_bank, slug
 from evokernel.errors import BadInput, read_text

@@ -18,11 +18,11 @@ from typing import Callable
 from pydantic import ValidationError
 
 from evokernel.bank import Question, shape_problems
-from evokernel.bank.human import HUMAN_TRIGGER, human_question_id
+from evokernel.bank.asked_questions import HUMAN_TRIGGER, human_question_id
 from evokernel.errors import BadInput
 from evokernel.mutations import Parent
 from evokernel.population import Population
-from evokernel.search.proposals import Job, parent_view
+from evokernel.search.operator_contexts import Job, parent_view
 from evokernel.store import HumanQuestion, Store
 from evokernel.store import inbox
 
