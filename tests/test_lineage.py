@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from evokernel.cli import main
 from evokernel.errors import BadInput
-from evokernel.lineage import Lineage, failure_reason, find_runs
+from evokernel.harness import rejection_kind
+from evokernel.lineage import Lineage, find_runs
 from evokernel.lineage.statistics import best_over_evaluations, failures, llm_cost, question_stats, run_summary
 from evokernel.store import Store, resolve_run
 from test_lineage_fixture import QUESTION_TEXT, SCENARIOS, add, make_run, report
@@ -101,11 +102,11 @@ def test_failures_best_over_evaluations_and_cost(runs_dir):
 
 def test_failure_reasons_group_across_scenarios_and_numbers():
     names = {"a", "b"}
-    assert failure_reason("a: max error 0.31 exceeds 1e-3", names) == failure_reason("b: max error 2 exceeds 0.5", names)
-    assert failure_reason("static guard: #include <cublas_v2.h> is not allowed ('x' at line 3)", names) == \
-        failure_reason("static guard: #include <cublas_v2.h> is not allowed ('y' at line 9)", names)
-    assert failure_reason("candidate does not compile: k.c:3: error: x", names) == "candidate does not compile"
-    assert failure_reason("", names) == "(no reason recorded)"
+    assert rejection_kind("a: max error 0.31 exceeds 1e-3", names) == rejection_kind("b: max error 2 exceeds 0.5", names)
+    assert rejection_kind("static guard: #include <cublas_v2.h> is not allowed ('x' at line 3)", names) == \
+        rejection_kind("static guard: #include <cublas_v2.h> is not allowed ('y' at line 9)", names)
+    assert rejection_kind("candidate does not compile: k.c:3: error: x", names) == "candidate does not compile"
+    assert rejection_kind("", names) == rejection_kind(None) == "(no reason recorded)"
 
 
 def test_resolve_run_by_path_id_and_latest(runs_dir):

@@ -23,7 +23,8 @@ from evokernel.errors import BadInput
 from evokernel.harness import get_task
 from evokernel.mutations import Proposal
 from evokernel.mutations.operators.knobs import KnobCrossover, KnobMutation
-from evokernel.search import Search, failure_kind
+from evokernel.harness import rejection_kind
+from evokernel.search import Search
 from evokernel.search.driver import UNPRODUCTIVE_LIMIT
 from evokernel.store import Store
 
@@ -126,10 +127,11 @@ def test_duplicates_are_skipped_without_spending_the_budget(tmp_path):
 
 
 def test_failure_kinds_drop_details():
-    assert failure_kind("crashed (SIGSEGV) during verify d32-b1-h2-s48") == "crashed (SIGSEGV)"
-    assert failure_kind("timed out after 4 s (killed)") == "timed out"
-    assert failure_kind("d16-b1-h4kv2-q33k57-causal-scale0.5: max error 3.1 > tolerance") == "max error"
-    assert failure_kind("candidate does not compile: x.c:3: error") == "candidate does not compile"
+    assert rejection_kind("crashed (SIGSEGV) during verify d32-b1-h2-s48") == "crashed (SIGSEGV)"
+    assert rejection_kind("timed out after 4 s (killed)") == "timed out"
+    assert rejection_kind("d16-b1-h4kv2-q33k57-causal-scale0.5: max error 3.1 > tolerance 0.02") == \
+        rejection_kind("d64-b1-h2-s33: max error 1e-1 > tolerance 2") == "max error N > tolerance N"
+    assert rejection_kind("candidate does not compile: x.c:3: error") == "candidate does not compile"
 
 
 def test_resume_after_kill_9_loses_and_repeats_no_evaluation(tmp_path):

@@ -4,8 +4,28 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+SCENARIO_NAME = re.compile(r"[\w.]+(-[\w.]+)+")  # d64-b1-h2-s33, fa3-2k: words joined by hyphens
+
+
+def rejection_kind(failure: str | None, scenario_names: Collection[str] = ()) -> str:
+    """The kind of a rejection, for counting and grouping (the live display, the summary, the report): the
+    reason's first line without the scenario it happened in, the compiler's message, what follows "during"
+    or "after", quoted names and numbers, so that rejections differing only there count together."""
+    text = ((failure or "").strip().splitlines() or [""])[0]
+    prefix, colon, rest = text.partition(": ")
+    if colon and (prefix in scenario_names or SCENARIO_NAME.fullmatch(prefix)):
+        text = rest
+    if "does not compile" in text:
+        return text.split(":", 1)[0]
+    text = re.split(r" during | after ", text, maxsplit=1)[0]
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
+    text = re.sub(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b", "N", text)
+    return text.strip()[:100] or "(no reason recorded)"
 
 
 @dataclass

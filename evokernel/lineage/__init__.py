@@ -7,8 +7,8 @@ to another machine. Modules: `view` (`Lineage`: kernels, sources, parents, ances
 """
 
 from evokernel.lineage.compare import MIN_NOISE, ScenarioDelta, compare_scenarios, describe_retime, retime_record
-from evokernel.lineage.statistics import RunSummary, failure_reason, find_runs
+from evokernel.lineage.statistics import RunSummary, find_runs
 from evokernel.lineage.view import Lineage, Step, TreeNode
 
 __all__ = ["MIN_NOISE", "Lineage", "RunSummary", "ScenarioDelta", "Step", "TreeNode", "compare_scenarios",
-           "describe_retime", "failure_reason", "find_runs", "retime_record"]
+           "describe_retime", "find_runs", "retime_record"]

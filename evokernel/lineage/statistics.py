@@ -4,7 +4,6 @@ summaries of `evokernel runs`."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import statistics
 from collections import Counter
@@ -14,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from evokernel.errors import BadInput
+from evokernel.harness.report import rejection_kind
 from evokernel.lineage.view import Lineage
 from evokernel.store import DEFAULT_RUNS, Store, iter_runs, run_status
 
@@ -38,19 +38,6 @@ class RunSummary:
     started_at: float | None
     proposal_failures: list[dict] = field(default_factory=list)  # {operator, kind, count}, most frequent first
     driver_gone: bool = False  # recorded as running, but no driver holds the run (killed)
-
-
-def failure_reason(failure: str, scenario_names: set[str]) -> str:
-    """Group rejections: drop the scenario name, quoted names and numbers from the first line."""
-    text = (failure.strip().splitlines() or ["(no reason recorded)"])[0]
-    prefix, sep, rest = text.partition(": ")
-    if sep and prefix in scenario_names:
-        text = rest
-    if "does not compile" in text:
-        return text.split(":", 1)[0]
-    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
-    text = re.sub(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b", "N", text)
-    return text[:100]
 
 
 def best_over_evaluations(run: Lineage) -> pd.DataFrame:
@@ -144,7 +131,7 @@ def failures(run: Lineage) -> pd.DataFrame:
     groups: dict[str, list[int]] = {}
     for ind in run.individuals.values():
         if ind.status == "rejected":
-            groups.setdefault(failure_reason(ind.failure or "", names), []).append(ind.id)
+            groups.setdefault(rejection_kind(ind.failure, names), []).append(ind.id)
     rows = [{"reason": r, "count": len(ids), "ids": ids} for r, ids in groups.items()]
     frame = pd.DataFrame(rows, columns=["reason", "count", "ids"])
     return frame.sort_values(["count", "reason"], ascending=[False, True], ignore_index=True)

@@ -9,11 +9,11 @@ best kernel against the seed), `interrupts` (Ctrl-C and SIGTERM) and `progress` 
 and the summary).
 Evaluations go to an `evokernel.evaluation.Evaluator` the config picks.
 
-Interface: `Search`, `SearchStats`, `SearchResult`, `new_run_dir`, `failure_kind`, `proposal_failure_kind`.
+Interface: `Search`, `SearchStats`, `SearchResult`, `new_run_dir`, `proposal_failure_kind`.
 """
 
 from evokernel.search.driver import Search
-from evokernel.search.progress import SearchResult, SearchStats, failure_kind, proposal_failure_kind
+from evokernel.search.progress import SearchResult, SearchStats, proposal_failure_kind
 from evokernel.search.run_dir import new_run_dir
 
-__all__ = ["Search", "SearchResult", "SearchStats", "failure_kind", "new_run_dir", "proposal_failure_kind"]
+__all__ = ["Search", "SearchResult", "SearchStats", "new_run_dir", "proposal_failure_kind"]

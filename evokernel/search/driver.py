@@ -26,7 +26,7 @@ from evokernel.bank import TriggerMonitor
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
-from evokernel.harness import CheckOptions, Task, get_task, show_source_paths
+from evokernel.harness import CheckOptions, Task, get_task, rejection_kind, show_source_paths
 from evokernel.mutations import AnswerPending, Operator, Proposal, ProposalFailed, llm_operator_names, registered_operators
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
@@ -35,7 +35,7 @@ from evokernel.search.answers import FileAnswers
 from evokernel.search.budget import end_reason, time_or_money_spent
 from evokernel.search.interrupts import interrupt, signals_deferred
 from evokernel.search.operator_contexts import Job, OperatorContexts, configured_operators, operator_services, parent_view
-from evokernel.search.progress import SearchResult, SearchStats, failure_kind, proposal_failure_kind
+from evokernel.search.progress import SearchResult, SearchStats, proposal_failure_kind
 from evokernel.search.question_queue import HumanQuestions
 from evokernel.search.recheck import recheck_options, recheck_reason
 from evokernel.source import normalized_hash
@@ -153,7 +153,7 @@ class Search:
                 if (row.model or "").startswith("files"):
                     self.answered_unevaluated.add(row.id)
             elif row.status == "rejected":
-                self.stats.failures[failure_kind(row.failure)] += 1
+                self.stats.failures[rejection_kind(row.failure)] += 1
                 if "repair" in self.ops and row.operator in llm_operator_names() and row.id not in repairing:
                     self.repairs.append(row)  # rejected in an earlier session, before a repair was proposed
             self._note_seed(row)
@@ -424,7 +424,7 @@ class Search:
             self._note_seed(row)
             outcome = f"correct, speedup {row.fitness:.3f}"
         else:
-            self.stats.failures[failure_kind(row.failure)] += 1
+            self.stats.failures[rejection_kind(row.failure)] += 1
             outcome = f"rejected: {show_source_paths(row.failure, self._source_name(row))}"
             if "repair" in self.ops and row.operator in llm_operator_names():
                 self.repairs.append(row)

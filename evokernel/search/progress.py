@@ -1,6 +1,6 @@
 """What a search reports while it runs and when it ends: `SearchStats` (the progress display, also
-the end-of-run summary), `SearchResult`, `failure_kind` (rejection reasons counted by kind) and
-`proposal_failure_kind` (the reasons of proposals that made no kernel, counted by kind)."""
+the end-of-run summary), `SearchResult` and `proposal_failure_kind` (the reasons of proposals that made
+no kernel, counted by kind; rejections are counted by `evokernel.harness.rejection_kind`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class SearchStats:
     best_fitness: float | None = None
     seed_id: int | None = None  # the fastest correct seed: the bar a search's kernel has to clear
     seed_fitness: float | None = None
-    failures: Counter = field(default_factory=Counter)  # rejected evaluations by kind of reason
+    failures: Counter = field(default_factory=Counter)  # rejected evaluations by harness.rejection_kind
     duplicates: int = 0  # proposals identical to an earlier kernel: skipped, not evaluated
     proposal_failures: Counter = field(default_factory=Counter)  # by (operator, proposal_failure_kind)
     busy_fraction: float | None = None
@@ -50,13 +50,6 @@ class SearchResult:
     status: str  # finished or stopped
     reason: str  # why it ended
     best: Individual | None
-
-
-def failure_kind(reason: str | None) -> str:
-    """The kind of a rejection reason, for counting (drops scenario names, numbers and details)."""
-    text = re.sub(r"^[\w.]+(-[\w.]+)+: ", "", reason or "unknown")
-    text = re.split(r":| during | after |\d", text, maxsplit=1)[0]
-    return text.strip() or "unknown"
 
 
 def proposal_failure_kind(operator: str, reason: str) -> str:
