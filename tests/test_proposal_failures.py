@@ -20,7 +20,7 @@ from evokernel.lineage.statistics import UNRECORDED, proposal_failure_counts
 from evokernel.mutations import ProposalFailed
 from evokernel.report import render_report
 from evokernel.search import Search, proposal_failure_kind
-from evokernel.search.driver import UNPRODUCTIVE_LIMIT
+from evokernel.search.proposing import UNPRODUCTIVE_LIMIT
 from evokernel.store import ProposalFailure, Store
 from test_lineage_fixture import make_run
 

@@ -115,7 +115,8 @@ def _llm_preflight(config, check: bool) -> None:
     weights = config.operators.as_dict()
     if not config.llm.models or not any(weights.get(name, 0) > 0 for name in llm_operator_names()):
         return
-    from evokernel.mutations.llm import LLMClient, all_models, check_prices, replay_answers
+    from evokernel.mutations.answer_cache import replay_answers
+    from evokernel.mutations.llm import LLMClient, all_models, check_prices
 
     if config.llm.replay_from is not None:
         replay_answers(config.llm.replay_from)  # one line when there is nothing to replay

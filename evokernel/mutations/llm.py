@@ -1,12 +1,7 @@
 """LLM access through litellm: weighted models with fallbacks, retries of transient failures (litellm's
 `num_retries` with a retry policy), a USD budget, every call (tokens, cost, latency, failure reason)
-recorded in the store, an answer cache and replay of another run's answers.
-
-Answers are keyed on what defines the question, not on the prompt text (which holds measured times):
-the model, the operator, the question id, the hashes of the parents' sources and the prompt template
-version (`question_key`). The n-th time a run asks a question it takes the n-th answer recorded for
-that key: from the run's cache directory (then a model on a miss), or, replaying, from the replayed
-run's recorded calls only (a miss is a failed call, never a network request).
+recorded in the store; answers taken first from the answer cache or a replayed run (`answer_cache`: then a
+model on a miss, or, replaying, a failed call, never a network request).
 
 litellm is imported on the first real call only (it takes seconds to import), with its cost map kept
 local (LITELLM_LOCAL_MODEL_COST_MAP=True unless the user set it): no network at import, no warnings.
@@ -18,8 +13,6 @@ gives it (`record_answer` then records the call, its latency being the time the 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import threading
@@ -32,8 +25,8 @@ from evokernel.config import LLMConfig, ModelConfig, RunConfig
 from evokernel.errors import BadInput
 from evokernel.mutations import AnswerPending, ProposalFailed
 from evokernel.mutations.command_model import CommandFailed, check_command, is_command, run_command
-from evokernel.mutations.prompts import PROMPT_VERSION
-from evokernel.store import LLMCall, OpenPrompt, Store
+from evokernel.mutations.answer_cache import AnswerCache, question_key
+from evokernel.store import LLMCall, OpenPrompt
 from evokernel.store import prompt_box
 
 PLACEHOLDER_KEY = "no-key"  # sent to a local --api-base when the environment holds no key: such servers need none
@@ -72,23 +65,6 @@ def _litellm():
 
     litellm.suppress_debug_info = True
     return litellm
-
-
-def prompt_key(prompt: str) -> str:
-    return hashlib.sha256(prompt.encode()).hexdigest()[:32]
-
-
-def question_key(model: str, operator: str | None, question_id: str | None, parent_hashes: list[str],
-                 prompt: str) -> str:
-    """What defines a question, hashed: model, operator, question id, parents' sources, prompt version.
-
-    A call that is not a question from the bank (no question id) is keyed on its prompt as well.
-    """
-    fields = {"model": model, "operator": operator, "question": question_id, "parents": list(parent_hashes),
-              "prompt_version": PROMPT_VERSION}
-    if question_id is None:
-        fields["prompt"] = prompt_key(prompt)
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _chain(exc: BaseException):
@@ -133,24 +109,6 @@ def _one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def replay_answers(run_dir: Path) -> dict[str, list[dict]]:
-    """The answers recorded in a run, by question key, in the order they were given (BadInput if none)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "lineage.db").is_file():
-        raise BadInput(f"--replay {run_dir}: not a run directory (no lineage.db)")
-    with Store(run_dir, readonly=True) as store:
-        calls = store.llm_calls()
-    answers: dict[str, list[dict]] = {}
-    for call in calls:
-        if call.get("question_key") and call["response"] is not None and call["error"] is None:
-            answers.setdefault(call["question_key"], []).append(
-                {"model": call["model"], "response": call["response"], "prompt_tokens": call["prompt_tokens"],
-                 "completion_tokens": call["completion_tokens"]})
-    if not answers:
-        raise BadInput(f"--replay {run_dir}: the run recorded no LLM answers with a question key to replay")
-    return answers
-
-
 def model_price_known(model: ModelConfig) -> bool:
     """Whether a call's cost can be computed: prices in the config, or litellm's (local) cost map (a command or
     the files model costs its declared price, or nothing)."""
@@ -192,10 +150,8 @@ class LLMClient:
             raise ValueError("LLMClient needs at least one model in llm.models")
         self.config = config
         self.store = store
-        self.cache_dir = Path(cache_dir) if cache_dir and config.cache else None
         self.usd_budget = usd_budget
-        self.replayed = replay_answers(config.replay_from) if config.replay_from is not None else None
-        self._used: Counter[str] = Counter()  # answers taken this session, by question key
+        self.answers = AnswerCache(Path(cache_dir) if cache_dir and config.cache else None, config.replay_from)
         self._spent = 0.0
         self._lock = threading.Lock()
         self._failed_in_row: Counter[str] = Counter()  # by model
@@ -216,40 +172,6 @@ class LLMClient:
     def exhausted(self) -> bool:
         """Whether the USD budget is spent (read through the client's own store: call from its thread)."""
         return self.is_exhausted()
-
-    # -- cache ----------------------------------------------------------------------------------
-    def _cache_path(self, key: str) -> Path:
-        return self.cache_dir / f"{key}.json"
-
-    def _cached(self, key: str, occurrence: int) -> dict | None:
-        """The answer this question got the `occurrence`-th time it was asked (model, response, token counts)."""
-        if self.replayed is not None:
-            entries = self.replayed.get(key, [])
-            return entries[occurrence] if occurrence < len(entries) else None
-        if self.cache_dir is None or not self._cache_path(key).exists():
-            return None
-        entries = json.loads(self._cache_path(key).read_text())
-        return entries[occurrence] if occurrence < len(entries) else None
-
-    def _take_cached(self, key: str) -> dict | None:
-        with self._lock:
-            entry = self._cached(key, self._used[key])
-            if entry is not None:
-                self._used[key] += 1
-            return entry
-
-    def _remember(self, key: str, entry: dict) -> None:
-        with self._lock:
-            self._used[key] += 1
-            if self.cache_dir is None:
-                return
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            path = self._cache_path(key)
-            entries = json.loads(path.read_text()) if path.exists() else []
-            entries.append(entry)
-            scratch = path.with_suffix(".tmp")
-            scratch.write_text(json.dumps(entries, indent=1))
-            scratch.replace(path)
 
     # -- recording ------------------------------------------------------------------------------
     def _record(self, call: LLMCall, store) -> int | None:
@@ -415,15 +337,15 @@ class LLMClient:
         order = self._order(rng)
         keys = {m.model: question_key(m.model, operator, question_id, parent_hashes or [], prompt) for m in order}
         candidates = [m.model for m in order] + ([m.model for m in self.config.models if m.model not in keys]
-                                                 if self.replayed is not None else [])
+                                                 if self.answers.replaying else [])
         for name in candidates:
             key = keys.get(name) or question_key(name, operator, question_id, parent_hashes or [], prompt)
-            cached = self._take_cached(key)
+            cached = self.answers.take(key)
             if cached is not None:
                 call_id = self._record(LLMCall(prompt=prompt, cached=True, latency_s=0.0, question_key=key,
                                                **cached, **meta), store)
                 return Answer(cached["response"], cached["model"], call_id, True)
-        if self.replayed is not None:
+        if self.answers.replaying:
             error = f"{NOT_REPLAYED}: {self.config.replay_from} holds no further answer to this question"
             call_id = self._record(LLMCall(model=order[0].model, prompt=prompt, error=error, reason=NOT_REPLAYED,
                                            question_key=keys[order[0].model], **meta), store)
@@ -457,7 +379,7 @@ class LLMClient:
                 completion_tokens=completion_tokens, latency_s=time.monotonic() - started,
                 cost_usd=self._cost(model, prompt_tokens, completion_tokens), question_key=key, **meta), store)
             self._outcome(model.model, None)
-            self._remember(key, {"model": model.model, "response": text, "prompt_tokens": prompt_tokens,
+            self.answers.remember(key, {"model": model.model, "response": text, "prompt_tokens": prompt_tokens,
                                  "completion_tokens": completion_tokens})
             return Answer(text, model.model, call_id, False)
         raise ProposalFailed(f"LLM call failed on every model ({last_error})", last_id)

@@ -1,6 +1,7 @@
 """The search (`evokernel run`): a steady-state evolutionary loop over kernels.
 
-`driver` is the loop itself (proposals -> evaluations -> population); around it: `operator_contexts` (the
+`driver` is the loop itself (proposals -> evaluations -> population), with `proposing` (which operator
+proposes next, proposals started and taken, the files model's answers); around it: `operator_contexts` (the
 operators a config enables, their contexts, what they are told of a parent), `question_queue` (questions
 people ask the running search), `answers` (answers to the `files` model's prompts), `run_dir` (the run's
 directory, config, seeds and per-session meta, so that a killed run resumes), `budget` (what ends a
