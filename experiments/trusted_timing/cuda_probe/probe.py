@@ -5,8 +5,9 @@
 
     python3 probe.py --runner BUILD/runner_cuda --kernel BUILD/kernel.so --out DIR [--rounds 50] [--only ...]
 
-Parts: setup (buffers, seed in-process, cuDNN), seccomp (Q2), timing (Q1 open cost, Q5 start-up, Q3 timing
-fidelity), early (Q4 early reply). Everything goes to DIR/probe.json, a readable summary to stdout.
+Parts: setup (buffers, seed in-process, cuDNN), seccomp (Q2: each rule of the pre-load stage alone under CUDA's
+initialisation, then whole runs under the filters in several orders), timing (Q1 open cost, Q5 start-up, Q3 timing
+fidelity; with the filters in the order that worked, if one did), early (Q4 early reply). Everything goes to DIR/probe.json, a readable summary to stdout.
 Measured figures only; nothing here changes clocks or device settings.
 """
 
@@ -30,8 +31,9 @@ from dataclasses import dataclass
 MAX_ARENAS, MAX_STEPS, MAX_DENIED, DENIED_PATH = 16, 16, 64, 48
 C_PING, C_INIT, C_OPEN, C_LOAD, C_CALL, C_CAPTURE, C_FILTER, C_POSTTEST = range(8)
 F_SYNC, F_GRAPH, F_NULLK, F_SPIN = 1, 2, 4, 8
-SPIN_CYCLES = 200_000  # the spin variant's device spin before each call (about 0.1 ms)
-G_FILES, G_MMAPX, G_MPROTX, F_LOADED, F_TRAP = 1, 2, 4, 0x100, 0x200
+SPIN_CYCLES = 600_000  # the spin variant's device spin before each call (about 0.3 ms at 1980 MHz: longer than
+# SDPA's host-side time, about 0.17 ms in the first run)
+G_FILES, G_MMAPX, G_MPROTX, F_LOADED, F_TRAP, F_LOG = 1, 2, 4, 0x100, 0x200, 0x400
 G_ALL = G_FILES | G_MMAPX | G_MPROTX
 MAILBOX_BYTES = 8192
 POSTTEST_STEPS = ["warm instance again", "new instance (other head dim)", "null kernel", "graph capture+replay",
@@ -52,7 +54,19 @@ class Mailbox(ctypes.Structure):
                 ("denied_count", u32), ("denied_nr", u32 * MAX_DENIED), ("denied_total", u32),
                 ("denied_arg", u64 * MAX_DENIED), ("denied_path", (ctypes.c_char * DENIED_PATH) * MAX_DENIED),
                 ("calls", CallDesc * MAX_ARENAS), ("handles", (ctypes.c_ubyte * 64) * MAX_ARENAS),
-                ("path", ctypes.c_char * 512), ("symbol", ctypes.c_char * 128), ("error", ctypes.c_char * 256)]
+                ("path", ctypes.c_char * 512), ("symbol", ctypes.c_char * 128), ("error", ctypes.c_char * 256),
+                ("only_rule", i32), ("skip", ctypes.c_ubyte * 128)]
+
+
+# runner_cuda.cu's rule ids: runner.c's denied[] list, then the rules after it
+RULE_NAMES = ["ptrace", "process_vm_readv", "process_vm_writev", "kill", "tkill", "execve", "execveat", "socket",
+              "socketpair", "connect", "bind", "listen", "accept", "accept4", "unshare", "setns", "mount", "umount2",
+              "pivot_root", "chroot", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+              "io_uring_register", "kexec_load", "init_module", "finit_module", "delete_module", "add_key", "keyctl",
+              "request_key", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "process_madvise", "personality",
+              "fork", "vfork", "clone3 (ENOSYS)", "clone without CLONE_THREAD", "tgkill to another process",
+              "prctl PR_SET_PDEATHSIG", "prctl PR_SET_DUMPABLE", "mmap W+X", "mprotect W+X", "pkey_mprotect W+X",
+              "x32 ABI"]
 
 
 class Params(ctypes.Structure):  # evk_attention.h
@@ -92,12 +106,19 @@ def _exit_text(status: int) -> str:
 class Runner:
     """One runner_cuda process and its mailbox (a memfd page it inherits)."""
 
+    default_timeout = 30.0  # seconds a request may take before the runner is killed
+
     def __init__(self, binary: str, prefilter: str = "none", cpu: int | None = None, env: dict | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, only_rule: int = -1, skip: tuple = ()) -> None:
         fd = os.memfd_create("probe-mailbox", 0)  # inheritable: the runner maps it
         try:
             os.ftruncate(fd, MAILBOX_BYTES)
             self.mm = mmap.mmap(fd, MAILBOX_BYTES)
+            box = Mailbox.from_buffer(self.mm)
+            box.only_rule = only_rule  # read by every filter the runner builds, the one at its start too
+            for rule in skip:
+                box.skip[rule] = 1
+            del box
             started = time.perf_counter()
             self.pid = os.posix_spawn(binary, ["runner_cuda", str(fd), str(MAILBOX_BYTES), prefilter],
                                       env if env is not None else dict(os.environ))
@@ -126,8 +147,9 @@ class Runner:
             raise RunnerGone(_exit_text(status))
 
     def serve(self, command: int, flags: int = 0, arena: int = 0, arena2: int = 0, extra: int = 0,
-              timeout: float = 30.0) -> float:
+              timeout: float | None = None) -> float:
         """One request; the seconds from SIGCONT to the stop being reported (the worker's clock)."""
+        timeout = timeout or self.default_timeout
         if not self.alive:
             raise RunnerGone("runner already gone")
         b = self.box
@@ -235,6 +257,15 @@ def find_cudart():
         except OSError:
             pass
     raise OSError("no libcudart")
+
+
+def kernel_log() -> list[str]:
+    """The kernel's log (dmesg; root on the device machine), for SECCOMP_RET_LOG records."""
+    try:
+        import subprocess
+        return subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except Exception as e:  # noqa: BLE001
+        return [f"dmesg failed: {e}"]
 
 
 class Probe:
@@ -395,6 +426,13 @@ class Probe:
         self.flush_sync()
         return r.serve(command, flags, arena, extra=SPIN_CYCLES if flags & F_SPIN else 0) * 1e3
 
+    def runner_pre_ms(self, r: Runner, command: int, flags: int, arena: int = 0) -> float:
+        """As runner_ms, with an untimed null-kernel request to the same runner between the flush and the timed
+        request: the device has switched to the runner's context before the clock starts."""
+        self.flush_sync()
+        r.serve(C_PING, F_NULLK | F_SYNC)
+        return r.serve(command, flags, arena, extra=SPIN_CYCLES if flags & F_SPIN else 0) * 1e3
+
     def spun(self, fn):
         """fn behind a device spin of SPIN_CYCLES: the wall clock's version of the events' launch slack."""
         torch = self.torch
@@ -415,13 +453,15 @@ class Probe:
         self.torch.cuda.synchronize()
 
     # -- runners -----------------------------------------------------------------------------------------
-    def start_runner(self, prefilter="none", env=None, load=True, arenas=True, record=None) -> Runner:
+    def start_runner(self, prefilter="none", env=None, load=True, arenas=True, record=None, only_rule=-1,
+                     skip=(), pre_after_init=None) -> Runner:
         """A runner that has initialised CUDA, opened the arenas and loaded the seed (each optional); the costs
-        go to `record`. A runner that fails on the way is closed (its refused calls, if logged, recorded)."""
-        r = Runner(self.args.runner, prefilter, self.cpu, env)
+        go to `record`. A runner that fails on the way is closed (its refused calls, if logged, recorded).
+        pre_after_init: FILTER flags of a pre-load stage installed once CUDA is initialised (None: none)."""
+        r = Runner(self.args.runner, prefilter, self.cpu, env, only_rule=only_rule, skip=skip)
         rec = record if record is not None else {}
         try:
-            self._bring_up(r, rec, load, arenas)
+            self._bring_up(r, rec, load, arenas, pre_after_init)
         except BaseException:
             rec["denied"] = r.denied()
             rec["denied_distinct"], rec["denied_total"] = int(r.box.denied_count), int(r.box.denied_total)
@@ -429,12 +469,17 @@ class Probe:
             raise
         return r
 
-    def _bring_up(self, r: Runner, rec: dict, load: bool, arenas: bool) -> None:
+    def _bring_up(self, r: Runner, rec: dict, load: bool, arenas: bool, pre_after_init=None) -> None:
         rec.update({"spawn_to_first_stop_ms": r.spawn_s * 1e3, "prefilter_status": r.prefilter_status})
-        rec["init_ms"] = r.serve(C_INIT, timeout=120) * 1e3
+        rec["init_ms"] = r.serve(C_INIT, timeout=2 * Runner.default_timeout) * 1e3
         rec["init_errs"], rec["init_runner_us"], rec["device_flags"] = r.errs(3), r.times_us(3), r.rcs(1)[0]
         if any(rec["init_errs"]):
             raise RunnerGone(f"CUDA init failed in the runner: {rec['init_errs']}")
+        if pre_after_init is not None:
+            r.serve(C_FILTER, pre_after_init)
+            rec["pre_after_init_status"] = int(r.box.status)
+            if r.box.status != 0:
+                raise RunnerGone(f"pre-load stage after init not installed: {r.box.status}")
         if arenas:
             self.fill_box(r)
             rec["open_ms"] = r.serve(C_OPEN, arena=0, arena2=len(self.arenas)) * 1e3
@@ -450,15 +495,27 @@ class Probe:
                 raise RunnerGone("load failed: " + r.box.error.decode(errors="replace"))
 
     # -- Q2 ------------------------------------------------------------------------------------------------
-    def seccomp_variant(self, name: str, prefilter: str, when: str, groups: int, trap: bool,
-                        env: dict | None = None) -> dict:
-        """when: 'never', 'after_load' (runner.c's order: before any call) or 'after_warmup'."""
+    def seccomp_variant(self, name: str, prefilter: str, when: str, groups: int, mode: str = "errno",
+                        env: dict | None = None, worker_nondumpable: bool = False, skip: tuple = (),
+                        pre_after_init: bool = False) -> dict:
+        """One runner through start-up, a warm-up call and the post-test, with filters where the variant says.
+        prefilter: the pre-load stage at the runner's start (none|errno|trap|log). when: the post-load stage
+        'never', 'after_load' (runner.c's order: before any call) or 'after_warmup'. mode: errno|trap|log for
+        stages installed by request. pre_after_init: the pre-load stage once CUDA is initialised instead.
+        worker_nondumpable: the worker first makes itself non-dumpable, as runner.py's refuse_inspection does."""
         rec: dict = {"variant": name, "prefilter": prefilter, "post_filter_when": when, "groups": groups,
-                     "trap": trap}
-        flags = F_LOADED | groups | (F_TRAP if trap else 0)
+                     "mode": mode, "worker_nondumpable": worker_nondumpable,
+                     "skip": [RULE_NAMES[i] for i in skip], "pre_after_init": pre_after_init}
+        mode_flag = {"errno": 0, "trap": F_TRAP, "log": F_LOG}[mode]
+        flags = F_LOADED | groups | mode_flag
         r = None
+        libc = ctypes.CDLL(None)
+        if worker_nondumpable:
+            libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        kmsg_before = kernel_log() if mode == "log" or prefilter == "log" else None
         try:
-            r = self.start_runner(prefilter, env=env, record=rec)
+            r = self.start_runner(prefilter, env=env, record=rec, skip=skip,
+                                  pre_after_init=mode_flag if pre_after_init else None)
             if when == "after_load":
                 r.serve(C_FILTER, flags)
                 rec["filter_status"] = int(r.box.status)
@@ -486,61 +543,118 @@ class Probe:
         except Exception as e:  # noqa: BLE001
             rec["works"] = False
             rec["exception"] = f"{type(e).__name__}: {e}"
-            # a CUDA fault in the runner must not leave the worker's context broken: check it
-            try:
+            try:  # a fault in the runner must not leave the worker's context broken: check it
                 self.torch.cuda.synchronize()
             except Exception as e2:  # noqa: BLE001
                 rec["worker_context_after"] = str(e2)
         finally:
+            if worker_nondumpable:
+                libc.prctl(4, 1, 0, 0, 0)
             if r is not None:
                 rec["denied"] = r.denied()
                 rec["denied_distinct"], rec["denied_total"] = int(r.box.denied_count), int(r.box.denied_total)
                 r.close()
+            if kmsg_before is not None:
+                after = kernel_log()
+                new = after[len(kmsg_before):] if after[:len(kmsg_before)] == kmsg_before else after[-60:]
+                rec["kernel_log"] = [line for line in new if "1326" in line or "seccomp" in line.lower()][-60:]
+                rec["kernel_log_lines_new"] = len(new)
+        print(f"[seccomp] {name}: works={rec['works']} denied={[d['name'] for d in rec.get('denied', [])][:12]}"
+              + (f" exception={rec['exception']}" if "exception" in rec else "")
+              + (f" kernel_log={rec['kernel_log'][:8]}" if rec.get("kernel_log") else ""), flush=True)
+        return rec
+
+    def init_only(self, only_rule: int = -1, skip: tuple = ()) -> dict:
+        """A runner with runner.c's pre-load stage at its start (one rule of it, or all but `skip`): does CUDA
+        initialise under it?"""
+        rec: dict = {}
+        try:
+            self.start_runner("errno", load=False, arenas=False, record=rec, only_rule=only_rule, skip=skip).close()
+            rec["init_ok"] = True
+        except RunnerGone as e:
+            rec["init_ok"] = False
+            rec["exception"] = str(e)
         return rec
 
     def part_seccomp(self) -> None:
-        out = []
-        variants = [("no filter", "none", "never", 0, False),
-                    ("post-load stage after warm-up call (errno)", "none", "after_warmup", G_ALL, False),
-                    ("post-load stage after warm-up call (trap+log)", "none", "after_warmup", G_ALL, True),
-                    ("runner.c order: pre stage at start, post stage right after dlopen (errno)", "errno",
-                     "after_load", G_ALL, False),
-                    ("runner.c order (trap+log)", "trap", "after_load", G_ALL, True)]
+        Runner.default_timeout = 15.0  # a runtime that hangs under a filter costs this much, not more
+        out: list = []
+        self.results["seccomp"] = out  # filled variant by variant
+        deadline = time.time() + self.args.seccomp_budget
+        # 1. which rule of the pre-load stage does CUDA's initialisation trip on? each rule alone
+        single = []
+        self.results["seccomp_single_rule_init"] = single
+        for rule, name in enumerate(RULE_NAMES):
+            if time.time() > deadline:
+                self.results["errors"].append("seccomp: budget spent in the single-rule tests")
+                break
+            rec = self.init_only(only_rule=rule)
+            single.append({"rule": name, **rec})
+        culprits = tuple(i for i, rec in enumerate(single) if not rec["init_ok"])
+        print(f"[seccomp] rules alone that stop CUDA init: {[RULE_NAMES[i] for i in culprits]}", flush=True)
+        self.results["seccomp_culprits"] = [RULE_NAMES[i] for i in culprits]
+        all_but = self.init_only(skip=culprits)
+        self.results["seccomp_init_all_but_culprits"] = all_but
+        if not all_but["init_ok"] and time.time() < deadline:  # a combination: leave one rule out at a time
+            leave = []
+            self.results["seccomp_leave_one_out_init"] = leave
+            for rule, name in enumerate(RULE_NAMES):
+                if time.time() > deadline:
+                    break
+                leave.append({"left_out": name, **self.init_only(skip=(rule,))})
+        # 2. whole runs (start-up, warm-up call, the post-test) under the filters in several orders
+        variants = [
+            ("runner.c order: pre stage at start, post stage right after dlopen (errno)", "errno", "after_load",
+             G_ALL),
+            ("post stage right after dlopen, no pre stage (errno)", "none", "after_load", G_ALL),
+            ("CUDA init, then pre stage, IPC open, dlopen, post stage (errno)", "none", "after_load", G_ALL,
+             "errno", None, False, (), True),
+            ("CUDA init, then pre stage, IPC open, dlopen, post stage (trap+log)", "none", "after_load", G_ALL,
+             "trap", None, False, (), True),
+            ("as above, worker non-dumpable as runner.py makes it (errno)", "none", "after_load", G_ALL,
+             "errno", None, True, (), True),
+            ("runner.c order in log mode (SECCOMP_RET_LOG: allowed, kernel-logged)", "log", "after_load", G_ALL,
+             "log"),
+        ]
+        if culprits:
+            variants.insert(1, ("runner.c order without the culprit rules (errno)", "errno", "after_load", G_ALL,
+                                "errno", None, False, culprits))
+            variants.insert(2, ("runner.c order without the culprit rules (trap+log)", "trap", "after_load", G_ALL,
+                                "trap", None, False, culprits))
         for v in variants:
-            rec = self.seccomp_variant(*v)
-            out.append(rec)
-            print(f"[seccomp] {v[0]}: works={rec['works']} denied={[d['name'] for d in rec.get('denied', [])][:12]}"
-                  + (f" exception={rec['exception']}" if "exception" in rec else ""), flush=True)
-        if not (out[1]["works"] and out[3]["works"]):  # narrow down: one group of the post-load rules at a time
-            rec = self.seccomp_variant("pre-load stage only, at start (errno)", "errno", "never", 0, False)
-            out.append(rec)
-            print(f"[seccomp] {rec['variant']}: works={rec['works']}", flush=True)
-            for label, g in (("files", G_FILES), ("mmap exec", G_MMAPX), ("mprotect exec", G_MPROTX)):
-                for when in ("after_warmup", "after_load"):
-                    rec = self.seccomp_variant(f"post-load group '{label}' only, {when} (errno)", "none", when,
-                                               g, False)
-                    out.append(rec)
-                    print(f"[seccomp] {rec['variant']}: works={rec['works']}", flush=True)
-            env = dict(os.environ, CUDA_MODULE_LOADING="EAGER")
-            rec = self.seccomp_variant("runner.c order with CUDA_MODULE_LOADING=EAGER (errno)", "errno",
-                                       "after_load", G_ALL, False, env)
-            out.append(rec)
-            print(f"[seccomp] {rec['variant']}: works={rec['works']}", flush=True)
-        self.results["seccomp"] = out
-        self.seccomp_ok = out[3]["works"]
+            if time.time() > deadline + 30:
+                self.results["errors"].append(f"seccomp: no time left for '{v[0]}'")
+                continue
+            out.append(self.seccomp_variant(*v))
+        self.filtered_start = next(({"prefilter": "none", "pre_after_init": 0} for rec in out
+                                    if rec["variant"].startswith("CUDA init, then pre stage") and rec["works"]
+                                    and rec["mode"] == "errno"), None)
+
 
     # -- Q1, Q5, Q3 ------------------------------------------------------------------------------------------
     def part_timing(self) -> None:
         torch = self.torch
-        use_filters = getattr(self, "seccomp_ok", False)
-        pre = "errno" if use_filters else "none"
-        startup: dict = {"filters": use_filters}
+        Runner.default_timeout = 30.0
+        filtered = getattr(self, "filtered_start", None)  # an order of filters that CUDA ran under (part seccomp)
+        use_filters = filtered is not None
+        pre_after_init = 0 if use_filters else None
+        startup: dict = {"filters": "CUDA init, then pre stage, IPC open, dlopen, post stage" if use_filters else "none"}
         self.results["startup"] = startup
         t0 = time.perf_counter()
-        r = self.start_runner(pre, record=startup)
-        if use_filters:
-            r.serve(C_FILTER, F_LOADED | G_ALL)
-            startup["post_filter_status"] = int(r.box.status)
+        try:
+            r = self.start_runner("none", record=startup, pre_after_init=pre_after_init)
+            if use_filters:
+                r.serve(C_FILTER, F_LOADED | G_ALL)
+                startup["post_filter_status"] = int(r.box.status)
+        except RunnerGone as e:
+            if not use_filters:
+                raise
+            self.results["errors"].append(f"timing runner with filters: {e}; again without")
+            pre_after_init, use_filters = None, False
+            startup.clear()
+            startup["filters"] = "none (the filtered start failed)"
+            t0 = time.perf_counter()
+            r = self.start_runner("none", record=startup)
         first = []
         for i, a in enumerate(self.arenas):
             self.poison(a)
@@ -548,6 +662,19 @@ class Probe:
             first.append({"scenario": a["s"].name, "first_call_ms": ms, "rc": r.rcs(1)[0], "sync_err": r.errs(1)[0],
                           **self.check(a)})
         startup["first_calls"] = first
+        if use_filters and any(c["rc"] or c["sync_err"] or c["nonfinite"] for c in first):
+            self.results["errors"].append("the filtered timing runner's first calls failed; timing without filters")
+            r.close()
+            startup["filtered_first_calls_failed"], startup["filters"] = first, "none (filtered calls failed)"
+            pre_after_init, use_filters = None, False
+            r = self.start_runner("none", record=startup)
+            first = []
+            for i, a in enumerate(self.arenas):
+                self.poison(a)
+                ms = r.serve(C_CALL, F_SYNC, i) * 1e3
+                first.append({"scenario": a["s"].name, "first_call_ms": ms, "rc": r.rcs(1)[0],
+                              "sync_err": r.errs(1)[0], **self.check(a)})
+            startup["first_calls"] = first
         startup["total_to_first_result_ms"] = (time.perf_counter() - t0) * 1e3
         print(f"[startup] {json.dumps(startup, default=str)}", flush=True)
         self.runner = r
@@ -563,7 +690,8 @@ class Probe:
                 if r.errs(2) == [0, 0]:
                     self.runner_graphs.add(i)
         self.results["runner_capture"] = capture
-        clean = self.start_runner(pre, load=False, arenas=False, record={})
+        clean = self.start_runner("none", load=False, arenas=False, record=self.results.setdefault("startup_clean", {}),
+                                  pre_after_init=pre_after_init)
         clean.serve(C_CAPTURE, arena=-1)
         clean_graph_ok = clean.errs(2)[1] == 0
         self.clean = clean
@@ -584,6 +712,7 @@ class Probe:
             except Exception as e:  # noqa: BLE001
                 self.results["errors"].append(f"cudnn graph {a['s'].name}: {e}")
         self.results["inprocess_check"] = inproc
+        self.results["spin_cycles"] = SPIN_CYCLES
         null_graph = self.graph_of(self.null_kernel)
         # warm every path
         for i, a in enumerate(self.arenas):
@@ -600,7 +729,8 @@ class Probe:
         print(f"[timing] warm; slack {self.slack} cycles; runner graphs {sorted(self.runner_graphs)}; "
               f"seed graphs {sorted(self.seed_graphs)}; cudnn graphs {sorted(self.cudnn_graphs)}", flush=True)
         rng = random.Random(7)
-        table = []
+        table: list = []
+        self.results["timing"] = table  # filled row by row: a failure later keeps the rows measured
         for i, a in enumerate(self.arenas):
             s = a["s"]
             m: dict[str, list[float]] = {}
@@ -620,6 +750,11 @@ class Probe:
                 "nr_kern_spin": lambda: self.runner_ms(clean, C_PING, F_SPIN | F_NULLK | F_SYNC),
                 "ww_cudnn_spin": lambda: self.wall_ms(self.spun(self.cudnn(a))),
                 "nw_kern_spin": lambda: self.wall_ms(self.spun(self.null_kernel)),
+                "wr_seed_pre": lambda: self.runner_pre_ms(r, C_CALL, F_SYNC, i),
+                "nr_kern_pre": lambda: self.runner_pre_ms(clean, C_PING, F_NULLK | F_SYNC),
+                "nr_sync_pre": lambda: self.runner_pre_ms(clean, C_PING, F_SYNC),
+                "wr_seed_spin_pre": lambda: self.runner_pre_ms(r, C_CALL, F_SPIN | F_SYNC, i),
+                "nr_kern_spin_pre": lambda: self.runner_pre_ms(clean, C_PING, F_SPIN | F_NULLK | F_SYNC),
             }
             if clean_graph_ok:
                 methods["nr_graph"] = lambda: self.runner_ms(clean, C_PING, F_GRAPH | F_SYNC)
@@ -640,14 +775,14 @@ class Probe:
             row = {"scenario": s.name, "rounds": self.args.rounds, "median_ms": med_,
                    "p10_p90_ms": {n: (sorted(v)[len(v) // 10], sorted(v)[(9 * len(v)) // 10]) for n, v in m.items()},
                    "samples_ms": m}
-            row["ratios"] = self.ratios(med_)
-            row["tflops_ev_seed"] = s.flops / (med_["ev_seed"] * 1e-3) / 1e12
             table.append(row)
+            row["tflops_ev_seed"] = s.flops / (med_["ev_seed"] * 1e-3) / 1e12
+            row["ratios"] = self.ratios(med_)
             print(f"[timing] {s.name}: ev_seed {med_['ev_seed']:.4f} ev_cudnn {med_['ev_cudnn']:.4f} "
                   f"wr_seed {med_['wr_seed']:.4f} ww_cudnn {med_['ww_cudnn']:.4f} nr_sync {med_['nr_sync']:.4f} "
                   f"nr_kern {med_['nr_kern']:.4f} nw_sync {med_['nw_sync']:.4f} nw_kern {med_['nw_kern']:.4f} | "
                   + " ".join(f"{k}={v:.4f}" for k, v in row["ratios"].items()), flush=True)
-        self.results["timing"] = table
+        self.results["launch_slack_cycles"] = self.slack
         keys = table[0]["ratios"].keys()
         self.results["geomeans"] = {k: geomean([row["ratios"].get(k) for row in table]) for k in keys}
         # the check that the runner's output stays right after all the timing
@@ -675,6 +810,12 @@ class Probe:
                 out["E_g: events, cudnn graph"] = m["ev_seed"] / m["ev_cudnn_graph"]
         out["W5: spin first: runner-nr_kern_spin / cudnn-nw_kern_spin"] = \
             (m["wr_seed_spin"] - m["nr_kern_spin"]) / (m["ww_cudnn_spin"] - m["nw_kern_spin"])
+        out["W6: switched first: runner_pre-nr_kern_pre / cudnn graph-nw_graph"] = \
+            (m["wr_seed_pre"] - m["nr_kern_pre"]) / (m["ww_cudnn_graph"] - m["nw_graph"]) if "ww_cudnn_graph" in m else None
+        out["W7: switched+spin: runner-nr_kern_spin_pre / cudnn graph-nw_graph"] = \
+            (m["wr_seed_spin_pre"] - m["nr_kern_spin_pre"]) / (m["ww_cudnn_graph"] - m["nw_graph"]) if "ww_cudnn_graph" in m else None
+        out["W8: spin both: runner-nr_kern_spin / cudnn graph-nw_graph"] = \
+            (m["wr_seed_spin"] - m["nr_kern_spin"]) / (m["ww_cudnn_graph"] - m["nw_graph"]) if "ww_cudnn_graph" in m else None
         out["W0: in-process wall seed-nw_kern / cudnn-nw_kern"] = (m["ww_seed"] - m["nw_kern"]) / (m["ww_cudnn"] - m["nw_kern"])
         # one kernel's two clocks
         out["seed: runner-nr_kern over events"] = (m["wr_seed"] - m["nr_kern"]) / m["ev_seed"]
@@ -682,17 +823,33 @@ class Probe:
         out["cudnn: wall-nw_kern over events"] = (m["ww_cudnn"] - m["nw_kern"]) / m["ev_cudnn"]
         out["seed: spin runner-nr_kern_spin over events"] = (m["wr_seed_spin"] - m["nr_kern_spin"]) / m["ev_seed"]
         out["cudnn: spin wall-nw_kern_spin over events"] = (m["ww_cudnn_spin"] - m["nw_kern_spin"]) / m["ev_cudnn"]
+        out["seed: switched runner-nr_kern_pre over events"] = (m["wr_seed_pre"] - m["nr_kern_pre"]) / m["ev_seed"]
+        out["seed: switched runner-nr_sync_pre over events"] = (m["wr_seed_pre"] - m["nr_sync_pre"]) / m["ev_seed"]
+        out["seed: switched+spin runner-nr_kern_spin_pre over events"] = \
+            (m["wr_seed_spin_pre"] - m["nr_kern_spin_pre"]) / m["ev_seed"]
         if "ww_cudnn_graph" in m:
             out["cudnn: graph wall-nw_graph over events"] = (m["ww_cudnn_graph"] - m["nw_graph"]) / m["ev_cudnn"]
-        return out
+        return {k: v for k, v in out.items() if v is not None}
 
     # -- Q4 -----------------------------------------------------------------------------------------------------
     def part_early(self) -> None:
+        """Q4: the runner stops right after launching (no synchronisation); the worker reads 1024 random output
+        elements through its own mapping at once. Longest scenario first (10 times, then 5 times with a
+        synchronisation of the worker's own context before the read), then 5 times on three shorter ones."""
+        out = []
+        self.results["early_all"] = out
+        for index, reps, sync_first in ((LONGEST, 10, 5), (5, 5, 0), (2, 5, 0), (0, 5, 0)):
+            rec = self.early_one(index, reps, sync_first)
+            out.append(rec)
+            if index == LONGEST:
+                self.results["early"] = rec
+
+    def early_one(self, index: int, count: int, sync_first: int) -> dict:
         torch, r = self.torch, self.runner
-        a = self.arenas[LONGEST]
+        a = self.arenas[index]
         o = a["t"]["o"].reshape(-1)
         gen = torch.Generator(device="cuda")
-        gen.manual_seed(99)
+        gen.manual_seed(99 + index)
         idx = torch.randint(0, o.numel(), (1024,), generator=gen, device="cuda")
         rec: dict = {"scenario": a["s"].name}
 
@@ -707,12 +864,12 @@ class Probe:
             idle.append(read()[0])
         rec["read_ms_idle_gpu"] = idle
         reps = []
-        for k in range(10 + 5):
+        for k in range(count + sync_first):
             self.poison(a)
             self.flush_sync()
-            reply_ms = r.serve(C_CALL, 0, LONGEST) * 1e3  # the runner stops right after launching
+            reply_ms = r.serve(C_CALL, 0, index) * 1e3  # the runner stops right after launching
             rep = {"reply_ms": reply_ms, "rc": r.rcs(1)[0]}
-            if k >= 10:  # a variant: the worker synchronizes its own context first
+            if k >= count:  # a variant: the worker synchronizes its own context first
                 t0 = time.perf_counter()
                 torch.cuda.synchronize()
                 rep["worker_sync_ms"] = (time.perf_counter() - t0) * 1e3
@@ -723,12 +880,12 @@ class Probe:
             rep["sync_err"] = r.errs(1)[0]
             rep.update(self.check(a))
             reps.append(rep)
-            print(f"[early] {json.dumps(rep)}", flush=True)
-        rec["reps"] = reps[:10]
-        rec["reps_worker_sync_first"] = reps[10:]
+            print(f"[early] {a['s'].name} {json.dumps(rep)}", flush=True)
+        rec["reps"] = reps[:count]
+        rec["reps_worker_sync_first"] = reps[count:]
         rec["kernel_event_ms"] = next((row["median_ms"]["ev_seed"] for row in self.results.get("timing", [])
                                        if row["scenario"] == a["s"].name), None)
-        self.results["early"] = rec
+        return rec
 
     def close(self) -> None:
         for name in ("runner", "clean"):
@@ -745,6 +902,13 @@ def summarize(res: dict) -> str:
         lines.append(f"seccomp | {rec['variant']}: works={rec['works']} filter_status={rec.get('filter_status')} "
                      f"prefilter={rec.get('prefilter_status')} denied={[(x['name'], x['path'] or x['arg']) for x in rec.get('denied', [])][:10]} "
                      f"failing={bad} {rec.get('exception', '')}")
+    if "seccomp_single_rule_init" in res:
+        bad = [x["rule"] + ": " + x.get("exception", "") for x in res["seccomp_single_rule_init"] if not x["init_ok"]]
+        lines.append(f"seccomp | single rules at start tested: {len(res['seccomp_single_rule_init'])}; "
+                     f"stopping CUDA init: {bad}; all but those: {res.get('seccomp_init_all_but_culprits')}")
+    if "seccomp_leave_one_out_init" in res:
+        lines.append("seccomp | leave-one-out, init ok without: "
+                     f"{[x['left_out'] for x in res['seccomp_leave_one_out_init'] if x['init_ok']]}")
     st = res.get("startup")
     if st:
         lines.append(f"startup: spawn {st.get('spawn_to_first_stop_ms', 0):.1f} ms, init {st.get('init_ms', 0):.1f} ms, "
@@ -766,12 +930,12 @@ def summarize(res: dict) -> str:
         for k in keys:
             vals = " ".join(f"{row['ratios'].get(k, float('nan')):.4f}" for row in res["timing"])
             lines.append(f"  {k}: {vals} | geomean {res['geomeans'].get(k, float('nan')):.4f}")
-    e = res.get("early")
-    if e:
+    for e in res.get("early_all") or ([res["early"]] if res.get("early") else []):
         lines.append(f"early reply ({e['scenario']}, kernel {e.get('kernel_event_ms')} ms by events): "
                      f"idle read ms {[round(x, 3) for x in e['read_ms_idle_gpu']]}")
         for rep in e["reps"] + e["reps_worker_sync_first"]:
-            lines.append("  " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rep.items()}))
+            lines.append("  " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rep.items()
+                                            if k not in ("rc", "sync_err")}))
     for err in res.get("errors", []):
         lines.append(f"ERROR: {err[:400]}")
     return "\n".join(lines)
@@ -784,10 +948,13 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--only", default="seccomp,timing,early")
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds (informational)")
+    ap.add_argument("--seccomp-budget", type=float, default=60.0, help="seconds for the rule-by-rule init tests")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
     probe = Probe(args)
+    probe.deadline = started + args.budget - 60
     res = probe.results
     res["date_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     parts = args.only.split(",")

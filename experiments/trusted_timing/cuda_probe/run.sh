@@ -9,7 +9,7 @@ set -u
 HERE=experiments/trusted_timing/cuda_probe
 OUT=${OUT:-/tmp/cuda_probe_out}
 B=/tmp/cuda_probe
-ROUNDS=${1:-50}
+ROUNDS=${1:-200}
 PARTS=${2:-seccomp,timing,early}
 mkdir -p "$OUT" "$B"
 export PYTHONUNBUFFERED=1
@@ -22,6 +22,7 @@ LOG="$OUT/run.log"
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
   echo "kernel $(uname -r), $(nproc) cpus, affinity $(python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))')"
   echo "seccomp in /proc/self/status: $(grep -i seccomp /proc/self/status | tr '\n' ' ')"
+  echo "seccomp actions_logged: $(cat /proc/sys/kernel/seccomp/actions_logged 2>&1); cmdline: $(cat /proc/cmdline)"
 } > "$LOG" 2>&1
 
 # 1. the seed, exactly as the harness builds it (languages.py loaded by path: no package imports)
@@ -56,7 +57,7 @@ tail -4 "$LOG"
 
 # 3. the probe
 timeout 330 python3 "$HERE/probe.py" --runner "$B/runner_cuda" --kernel "$B/kernel.so" --out "$OUT" \
-  --rounds "$ROUNDS" --only "$PARTS" > "$OUT/probe.log" 2>&1
+  --rounds "$ROUNDS" --only "$PARTS" --budget 320 > "$OUT/probe.log" 2>&1
 echo "probe rc $?" >> "$LOG"
 {
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv

@@ -4,14 +4,16 @@
 // a shared memfd page while this process is stopped, continues it (SIGCONT), and stops its clock when
 // waitpid(WUNTRACED) reports this process stopped again (it replies by raise(SIGSTOP)).
 //
-//   runner_cuda MAILBOX_FD MAILBOX_BYTES PREFILTER      PREFILTER: none | errno | trap
+//   runner_cuda MAILBOX_FD MAILBOX_BYTES PREFILTER      PREFILTER: none | errno | trap | log
 //
 // PREFILTER installs runner.c's pre-load seccomp stage first thing (before CUDA is initialised). The
 // post-load stage is installed on request (COMMAND_FILTER), with a choice of rule groups. "trap" mode
 // denies with SECCOMP_RET_TRAP instead of SECCOMP_RET_ERRNO: a SIGSYS handler logs the call (number, an
 // argument, a path for open/openat) in the mailbox and makes it fail with the same errno, so a run shows
 // which refused calls the CUDA runtime makes. The BPF builders are runner.c's, with the deny action and the
-// rule groups as parameters.
+// rule groups as parameters, and each rule selectable (mailbox only_rule / skip, read when a filter is
+// built, the pre-load stage's too: the worker writes them before it starts this process). "log" mode
+// allows what the rules would refuse and has the kernel log it (SECCOMP_RET_LOG, kernel log / audit).
 //
 // Build: nvcc -O2 -std=c++17 -cudart shared -o runner_cuda runner_cuda.cu -ldl
 #ifndef _GNU_SOURCE
@@ -53,7 +55,7 @@ enum {
   COMMAND_POSTTEST = 7, // the list of CUDA operations below, each one's result in rc/err
 };
 enum { F_SYNC = 1, F_GRAPH = 2, F_NULLK = 4, F_SPIN = 8 };  // F_SPIN: a device spin of `extra` cycles first
-enum { G_FILES = 1, G_MMAPX = 2, G_MPROTX = 4, F_LOADED = 0x100, F_TRAP = 0x200 };
+enum { G_FILES = 1, G_MMAPX = 2, G_MPROTX = 4, F_LOADED = 0x100, F_TRAP = 0x200, F_LOG = 0x400 };
 
 struct call_desc {  // the parameters of one arena's call (evk_attention_params without pointers)
   int32_t batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal;
@@ -95,7 +97,13 @@ struct mailbox {  // probe.py's Mailbox mirrors this
   char path[512];
   char symbol[128];
   char error[256];
+  int32_t only_rule;          // >= 0: the filters hold this rule alone (rule ids below)
+  unsigned char skip[128];    // skip[id] != 0: the filters leave rule `id` out
 };
+
+// Rule ids (for only_rule and skip): 0..39 the denied[] list in install(), then these.
+enum { R_CLONE3 = 40, R_CLONE, R_TGKILL, R_PDEATHSIG, R_DUMPABLE, R_WX_MMAP, R_WX_MPROTECT, R_WX_PKEY, R_X32,
+       R_COUNT };
 
 #if defined(__x86_64__)
 #define ARCH AUDIT_ARCH_X86_64
@@ -109,7 +117,13 @@ struct filter {
   unsigned short length;
 };
 
-static uint32_t deny_action = SECCOMP_RET_ERRNO;  // or SECCOMP_RET_TRAP (logged)
+static uint32_t deny_action = SECCOMP_RET_ERRNO;  // or SECCOMP_RET_TRAP (logged here), SECCOMP_RET_LOG (allowed,
+                                                  // logged by the kernel)
+static struct mailbox *box;
+
+static int rule_on(int id) {
+  return box->only_rule >= 0 ? id == box->only_rule : !(id < 128 && box->skip[id]);
+}
 
 static void emit(struct filter *f, struct sock_filter insn) {
   if (f->length >= MAX_FILTER) {
@@ -175,8 +189,10 @@ static int install(struct filter *f, int loaded, uint32_t groups) {
   emit(f, jump(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0));
   emit(f, stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
   load_nr(f);
-  emit(f, jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1));  // the x32 ABI
-  emit(f, stmt(BPF_RET | BPF_K, DENY));
+  if (rule_on(R_X32)) {
+    emit(f, jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1));  // the x32 ABI
+    emit(f, stmt(BPF_RET | BPF_K, DENY));
+  }
   const long denied[] = {
     SYS_ptrace, SYS_process_vm_readv, SYS_process_vm_writev, SYS_kill, SYS_tkill, SYS_execve, SYS_execveat,
     SYS_socket, SYS_socketpair, SYS_connect, SYS_bind, SYS_listen, SYS_accept, SYS_accept4,
@@ -186,19 +202,27 @@ static int install(struct filter *f, int loaded, uint32_t groups) {
     SYS_pidfd_open, SYS_pidfd_getfd, SYS_pidfd_send_signal, SYS_process_madvise, SYS_personality,
     SYS_fork, SYS_vfork,
   };
-  for (size_t i = 0; i < sizeof denied / sizeof denied[0]; ++i) deny(f, denied[i]);
-  emit(f, jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1));
-  emit(f, stmt(BPF_RET | BPF_K, DENY_WITH(ENOSYS)));
-  emit(f, jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4));
-  emit(f, stmt(BPF_LD | BPF_W | BPF_ABS, LOW_ARG(0)));
-  emit(f, jump(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 1, 0));
-  emit(f, stmt(BPF_RET | BPF_K, DENY));
-  emit(f, stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-  load_nr(f);
-  only_when(f, SYS_tgkill, 0, (uint32_t)getpid());
-  load_nr(f);
-  deny_value(f, SYS_prctl, 0, PR_SET_PDEATHSIG);
-  deny_value(f, SYS_prctl, 0, PR_SET_DUMPABLE);
+  static_assert(sizeof denied / sizeof denied[0] == R_CLONE3, "rule ids");
+  for (size_t i = 0; i < sizeof denied / sizeof denied[0]; ++i)
+    if (rule_on((int)i)) deny(f, denied[i]);
+  if (rule_on(R_CLONE3)) {
+    emit(f, jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1));
+    emit(f, stmt(BPF_RET | BPF_K, DENY_WITH(ENOSYS)));
+  }
+  if (rule_on(R_CLONE)) {
+    emit(f, jump(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4));
+    emit(f, stmt(BPF_LD | BPF_W | BPF_ABS, LOW_ARG(0)));
+    emit(f, jump(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 1, 0));
+    emit(f, stmt(BPF_RET | BPF_K, DENY));
+    emit(f, stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    load_nr(f);
+  }
+  if (rule_on(R_TGKILL)) {
+    only_when(f, SYS_tgkill, 0, (uint32_t)getpid());
+    load_nr(f);
+  }
+  if (rule_on(R_PDEATHSIG)) deny_value(f, SYS_prctl, 0, PR_SET_PDEATHSIG);
+  if (rule_on(R_DUMPABLE)) deny_value(f, SYS_prctl, 0, PR_SET_DUMPABLE);
   if (loaded) {
     if (groups & G_FILES) {
       const long files[] = {SYS_openat, SYS_openat2, SYS_open_by_handle_at, SYS_memfd_create, SYS_open, SYS_creat};
@@ -214,11 +238,15 @@ static int install(struct filter *f, int loaded, uint32_t groups) {
       deny_bits(f, SYS_pkey_mprotect, 2, PROT_EXEC, 0);
     }
   } else {
-    deny_bits(f, SYS_mmap, 2, PROT_WRITE | PROT_EXEC, 1);
-    load_nr(f);
-    deny_bits(f, SYS_mprotect, 2, PROT_WRITE | PROT_EXEC, 1);
-    load_nr(f);
-    deny_bits(f, SYS_pkey_mprotect, 2, PROT_WRITE | PROT_EXEC, 1);
+    if (rule_on(R_WX_MMAP)) {
+      deny_bits(f, SYS_mmap, 2, PROT_WRITE | PROT_EXEC, 1);
+      load_nr(f);
+    }
+    if (rule_on(R_WX_MPROTECT)) {
+      deny_bits(f, SYS_mprotect, 2, PROT_WRITE | PROT_EXEC, 1);
+      load_nr(f);
+    }
+    if (rule_on(R_WX_PKEY)) deny_bits(f, SYS_pkey_mprotect, 2, PROT_WRITE | PROT_EXEC, 1);
   }
   emit(f, stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
   struct sock_fprog program = {f->length, f->code};
@@ -228,7 +256,6 @@ static int install(struct filter *f, int loaded, uint32_t groups) {
 }
 
 // ---------------------------------------------------------------------------------------------
-static struct mailbox *box;
 
 static void on_sigsys(int sig, siginfo_t *info, void *context) {
   (void)sig;
@@ -259,9 +286,9 @@ static void on_sigsys(int sig, siginfo_t *info, void *context) {
   uc->uc_mcontext.gregs[REG_RAX] = -(long)(info->si_errno ? info->si_errno : EPERM);  // the errno the rule names
 }
 
-static int set_mode(uint32_t trap) {
-  deny_action = trap ? SECCOMP_RET_TRAP : SECCOMP_RET_ERRNO;
-  if (!trap) return 0;
+static int set_mode(uint32_t mode) {  // 0 errno, 1 trap, 2 log
+  deny_action = mode == 1 ? SECCOMP_RET_TRAP : mode == 2 ? SECCOMP_RET_LOG : SECCOMP_RET_ERRNO;
+  if (mode != 1) return 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_sigsys;
@@ -415,7 +442,7 @@ int main(int argc, char **argv) {
   sched_getaffinity(0, sizeof anywhere, &anywhere);
   struct filter filter;
   if (strcmp(argv[3], "none") != 0) {
-    int e = set_mode(strcmp(argv[3], "trap") == 0);
+    int e = set_mode(strcmp(argv[3], "trap") == 0 ? 1 : strcmp(argv[3], "log") == 0 ? 2 : 0);
     if (e == 0) e = install(&filter, 0, 0);
     box->status = e;  // read by the worker at the first stop
   }
@@ -480,7 +507,7 @@ int main(int argc, char **argv) {
         break;
       }
       case COMMAND_FILTER: {
-        int e = set_mode(flags & F_TRAP);
+        int e = set_mode((flags & F_TRAP) ? 1 : (flags & F_LOG) ? 2 : 0);
         box->status = e ? e : install(&filter, (flags & F_LOADED) != 0, flags & 0xff);
         break;
       }
