@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evokernel.defaults import DEFAULTS_DIR
+from evokernel.builtin_tasks import ATTENTION_SEEDS
 from evokernel.harness import CheckOptions, CheckReport, check_kernel, geomean, get_task
 from results_entry import append_entry
 
@@ -47,7 +47,7 @@ def table(report: CheckReport, kernel_name: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="attention-fwd")
-    parser.add_argument("--kernel", type=Path, default=DEFAULTS_DIR / "attention_fa2.cu")
+    parser.add_argument("--kernel", type=Path, default=ATTENTION_SEEDS / "attention_fa2.cu")
     parser.add_argument("--scenarios", default="fa3")
     parser.add_argument("--rounds", type=int, help="timing rounds (default: the harness's, fewer for slow kernels)")
     parser.add_argument("--json", type=Path, help="also write the harness report")

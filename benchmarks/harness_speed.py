@@ -21,7 +21,7 @@ from unittest import mock
 
 from rich.console import Console
 
-from evokernel.defaults import DEFAULTS_DIR
+from evokernel.builtin_tasks import ATTENTION_SEEDS
 from evokernel.evaluation import detect_gpus
 from evokernel.harness import CheckOptions, CheckReport, check_kernel, get_task
 from evokernel.harness.build import build
@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--results", type=Path, help="append the figures to this RESULTS.md")
     args = parser.parse_args()
     task = get_task(args.task or ("attention-fwd" if detect_gpus() else "attention-fwd-cpu"))
-    kernel = args.kernel or (DEFAULTS_DIR / "attention_fa2.cu" if task.language == "cuda" else task.original)
+    kernel = args.kernel or (ATTENTION_SEEDS / "attention_fa2.cu" if task.language == "cuda" else task.original)
     if args.repeats < 2:
         parser.error("--repeats must be at least 2")
 

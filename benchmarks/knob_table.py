@@ -7,7 +7,7 @@ too slow for one session (the CUDA seed in ten-minute device calls) is filled in
 
     python benchmarks/knob_table.py --task attention-fwd-cpu --scenarios grid \
         --out experiments/attention_cpu/knob_table.csv
-    python benchmarks/knob_table.py --task attention-fwd --seed-kernel evokernel/defaults/attention_hopper.cu \
+    python benchmarks/knob_table.py --task attention-fwd --seed-kernel evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu \
         --scenarios fa3-2k --speed-reference cudnn --out experiments/attention_hopper/knob_table.csv \
         --fix ... --stop-after-s 540    # rerun until it says 0 to measure
 """

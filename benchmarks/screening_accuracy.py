@@ -6,7 +6,7 @@ One process, one GPU (as one evaluation slot of a search): an interleaved check 
 then pairs of checks of the same kernel, one screened and one interleaved, with `--gap-s` seconds of
 reuse age between the first check and the last. Prints every geomean and the screened/interleaved ratios.
 
-    python benchmarks/screening_accuracy.py --task attention-fwd --kernel evokernel/defaults/attention_fa2.cu \
+    python benchmarks/screening_accuracy.py --task attention-fwd --kernel evokernel/builtin_tasks/attention_fwd/seeds/attention_fa2.cu \
         --scenarios fa3-2k --speed-reference cudnn --pairs 4
 """
 

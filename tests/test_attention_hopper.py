@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from evokernel.config import load_config
-from evokernel.defaults import DEFAULTS_DIR, default_config_path
+from evokernel.builtin_tasks import ATTENTION_SEEDS
+from evokernel.defaults import default_config_path
 from evokernel.harness import CheckOptions, check_kernel, check_source, get_task, guard
 from evokernel.harness.build import build
 from evokernel.source import parse_knobs, set_knobs
 
 ROOT = Path(__file__).parents[1]
-SEED = DEFAULTS_DIR / "attention_fa2.cu"
+SEED = ATTENTION_SEEDS / "attention_fa2.cu"
 TASK = get_task("attention-fwd")
 
 
@@ -30,7 +31,7 @@ def test_seed_passes_the_static_guard():
     assert guard.check_source(SEED.read_text(), TASK.language, TASK.header_file, TASK.entry) is None
 
 
-HOPPER_SEED = ROOT / "evokernel/defaults/attention_hopper.cu"
+HOPPER_SEED = ROOT / "evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu"
 
 
 @pytest.mark.parametrize("config, seeds", [(ROOT / "experiments/attention_hopper/config.yaml", [SEED, HOPPER_SEED]),

@@ -9,13 +9,13 @@ import subprocess
 
 import pytest
 
-from evokernel.defaults import DEFAULTS_DIR
+from evokernel.builtin_tasks import ATTENTION_SEEDS
 from evokernel.harness import CheckOptions, check_kernel, check_source, get_task, guard
 from evokernel.harness.build import build
 from evokernel.source import parse_knobs, set_knobs
 
-SEED = DEFAULTS_DIR / "attention_hopper.cu"
-FA2_SEED = DEFAULTS_DIR / "attention_fa2.cu"
+SEED = ATTENTION_SEEDS / "attention_hopper.cu"
+FA2_SEED = ATTENTION_SEEDS / "attention_fa2.cu"
 TASK = get_task("attention-fwd")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).parents[1]
 def test_attention_baselines_writes_a_table_with_date_and_command(tmp_path):
     results = tmp_path / "RESULTS.md"
     results.write_text("# results\n")
-    kernel = ROOT / "evokernel/tasks/attention_fwd_cpu/original.c"
+    kernel = ROOT / "evokernel/builtin_tasks/attention_fwd_cpu/original.c"
     proc = subprocess.run([sys.executable, "benchmarks/attention_baselines.py", "--task", "attention-fwd-cpu",
                            "--kernel", str(kernel), "--scenarios", "quick", "--rounds", "3",
                            "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=300)

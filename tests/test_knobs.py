@@ -1,17 +1,14 @@
 """Knob parsing, mutation and crossover (no LLM, no harness)."""
 
 import random
-from pathlib import Path
 
 import pytest
 
-import evokernel
-
+from evokernel.builtin_tasks import ATTENTION_SEEDS
 from evokernel.harness import get_task
 from evokernel.mutations import Context, Parent, ProposalFailed, registered_operators
 from evokernel.mutations.operators.knobs import KnobCrossover, KnobMutation
-from evokernel.source import KnobError, knob_values, parse_knobs, set_knobs
-from evokernel.source import normalized_hash
+from evokernel.source import KnobError, knob_values, normalized_hash, parse_knobs, set_knobs
 
 SOURCE = """#include "x.h"
 #define BLOCK 4      // @knob 1,2,4,8
@@ -101,7 +98,7 @@ def test_crossover_mates_are_kernels_with_the_same_knobs_and_other_values():
     """The search draws a crossover's second parent among these: the two attention seeds (different knob
     sets) are never paired, two variants of one seed two or more knobs apart are."""
     fa2 = Parent(id=1, source=get_task("attention-fwd").original.read_text(), fitness=0.56)
-    hopper_path = Path(evokernel.__file__).parent / "defaults" / "attention_hopper.cu"
+    hopper_path = ATTENTION_SEEDS / "attention_hopper.cu"
     hopper = Parent(id=2, source=hopper_path.read_text(), fitness=0.93)
     variant = Parent(id=3, source=set_knobs(SOURCE, {"BLOCK": "8", "UNROLL": "1"}), fitness=1.0)
     mates = KnobCrossover.mates

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evokernel.harness import values  # noqa: E402
-from evokernel.tasks.attention import Scenario, numpy_reference, torch_reference  # noqa: E402
+from evokernel.builtin_tasks.attention import Scenario, numpy_reference, torch_reference  # noqa: E402
 
 SCENARIOS = [
     Scenario(2, 4, 2, 33, 57, 32, True, 0.5),  # GQA, causal with seqlen_q < seqlen_k

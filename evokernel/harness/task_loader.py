@@ -18,7 +18,7 @@ from evokernel.errors import BadInput
 from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.task import DTYPES, SCALAR_TYPES, Scalar, Task, Tensor
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "tasks"
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "builtin_tasks"
 REQUIRED_FIELDS = ("name", "language", "header_file", "original_file", "entry", "dtype", "scenario_type", "scenario_sets",
                    "peak_flops", "peak_bytes_per_s")
 REQUIRED_METHODS = ("arguments", "reference", "reference_at", "flops")

@@ -23,11 +23,11 @@ case "$phase" in
     step pytest
     timeout 330 python3 -m pytest -q -p no:cacheprovider tests/test_harness_cuda.py tests/test_isolation_cuda.py tests/test_guard.py tests/test_attention_hopper.py 2>&1 | tee "$OUT/pytest.log" | tail -8
     step original all
-    timeout 300 evokernel check evokernel/tasks/attention_fwd/original.cu --task attention-fwd \
+    timeout 300 evokernel check evokernel/builtin_tasks/attention_fwd/original.cu --task attention-fwd \
       --scenarios all --no-time --json "$OUT/original_all.json" 2>&1 | tee "$OUT/original_all.txt" | tail -6 ;;
   seed)
     step seed all
-    timeout 330 evokernel check evokernel/defaults/attention_fa2.cu --task attention-fwd --scenarios all \
+    timeout 330 evokernel check evokernel/builtin_tasks/attention_fwd/seeds/attention_fa2.cu --task attention-fwd --scenarios all \
       --original cudnn --baselines --json "$OUT/seed_all.json" 2>&1 | tee "$OUT/seed_all.txt" | tail -6
     ;;
   speed)
@@ -40,7 +40,7 @@ case "$phase" in
       --results "$OUT/baselines.md" 2>&1 | tee "$OUT/baselines.log" | tail -8 ;;
   throughput)
     step throughput
-    timeout 450 python3 benchmarks/search_throughput.py --task attention-fwd --seed evokernel/defaults/attention_fa2.cu \
+    timeout 450 python3 benchmarks/search_throughput.py --task attention-fwd --seed evokernel/builtin_tasks/attention_fwd/seeds/attention_fa2.cu \
       --scenarios fa3-2k --speed-reference cudnn --evaluations 6 --slow-evaluations 10 --results "$OUT/throughput.md" 2>&1 | tee "$OUT/throughput.log" | tail -12 ;;
   search)
     step search

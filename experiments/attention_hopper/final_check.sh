@@ -10,7 +10,7 @@ with Store('$RUN', readonly=True) as store:
     best = store.best(1)[0]
     print(store.source_path(best.source_hash, best.language))")
 echo "best of $RUN: $BEST"
-for kernel in "$BEST" evokernel/defaults/attention_hopper.cu; do
+for kernel in "$BEST" evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu; do
   name=$(basename "$kernel" .cu)
   timeout 290 evokernel check "$kernel" --task attention-fwd --scenarios fa3 --original cudnn \
     --json "${OUT:?}/$name-fa3.json" 2>&1 | tee "$OUT/$name-fa3.txt"

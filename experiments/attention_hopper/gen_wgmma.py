@@ -1,4 +1,4 @@
-"""Prints the wgmma wrapper specialisations used by evokernel/defaults/attention_hopper.cu.
+"""Prints the wgmma wrapper specialisations used by evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu.
 
 Each N gets `ss` (A and B from shared memory, both K-major: S = Q K^T) and `rs` (A from registers,
 B from shared memory N-major: O += P V). Run: python experiments/attention_hopper/gen_wgmma.py

@@ -3,7 +3,7 @@
 sandbox: the profile is written to a host path), then the functions by own time and by cumulative time.
 
     EVOKERNEL_ISOLATION=none python experiments/attention_hopper/profile_worker.py \
-        --kernel evokernel/defaults/attention_fa2.cu --scenarios fa3-2k --speed-reference cudnn
+        --kernel evokernel/builtin_tasks/attention_fwd/seeds/attention_fa2.cu --scenarios fa3-2k --speed-reference cudnn
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import time
 from evokernel.harness import CheckOptions, check_source, get_task
 
 task = get_task("attention-fwd")
-src = open("evokernel/defaults/attention_fa2.cu").read()
+src = open("evokernel/builtin_tasks/attention_fwd/seeds/attention_fa2.cu").read()
 tag = sys.argv[1]
 for i in range(4):
     t0 = time.perf_counter()

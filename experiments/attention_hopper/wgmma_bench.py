@@ -6,9 +6,9 @@ against an fp32 PyTorch reference on ragged / GQA / causal / decode / custom-sca
 poisoned with NaN before every call), and times it against cuDNN SDPA on FlashAttention-3's grid:
 interleaved launches, the L2 flushed before each, CUDA events, median.
 
-    python experiments/attention_hopper/wgmma_bench.py check evokernel/defaults/attention_hopper.cu
-    python experiments/attention_hopper/wgmma_bench.py time evokernel/defaults/attention_hopper.cu \
-        evokernel/defaults/attention_fa2.cu --rounds 15
+    python experiments/attention_hopper/wgmma_bench.py check evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu
+    python experiments/attention_hopper/wgmma_bench.py time evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu \
+        evokernel/builtin_tasks/attention_fwd/seeds/attention_fa2.cu --rounds 15
     ... --set NAME=VALUE,NAME=VALUE   (knob overrides, applied to the first kernel)
     ... --set "A=1;A=2,B=3"           (several variants of the first kernel, built in parallel,
                                         checked one after the other or timed in the same rounds)
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-HEADER_DIRS = [ROOT / "evokernel/tasks/attention_fwd", ROOT / "evokernel/harness/tasks/attention_fwd"]
+HEADER_DIRS = [ROOT / "evokernel/builtin_tasks/attention_fwd", ROOT / "evokernel/harness/tasks/attention_fwd"]
 
 
 class Params(ctypes.Structure):

@@ -16,7 +16,7 @@ timeout 200 python3 experiments/trusted_timing/cuda_imports.py experiments/atten
 echo "imports rc $?" >> "$OUT/summary.txt"
 fi
 if [ "${1:-}" = imports ] || [ "${1:-}" = fa3 ]; then
-timeout 180 evokernel check evokernel/defaults/attention_hopper.cu --task attention-fwd --scenarios fa3 --original cudnn \
+timeout 180 evokernel check evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu --task attention-fwd --scenarios fa3 --original cudnn \
   --json "$OUT/hopper_fa3.json" > "$OUT/fa3.log" 2>&1
 echo "fa3 rc $?" >> "$OUT/summary.txt"
 grep -i "geomean" "$OUT/fa3.log" | tail -2

@@ -204,7 +204,7 @@ class Runner:
             self.alive = False
 
 
-# --- scenarios (the `fa3` set of evokernel/tasks/attention_fwd/task.py) -----------------------------
+# --- scenarios (the `fa3` set of evokernel/builtin_tasks/attention_fwd/task.py) -----------------------------
 @dataclass(frozen=True)
 class Scenario:
     batch: int

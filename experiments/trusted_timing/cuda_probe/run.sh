@@ -33,7 +33,7 @@ spec = importlib.util.spec_from_file_location("evk_languages", "evokernel/harnes
 m = importlib.util.module_from_spec(spec)
 sys.modules["evk_languages"] = m
 spec.loader.exec_module(m)
-cmd = m._nvcc_command(Path("evokernel/defaults/attention_hopper.cu"), Path("evokernel/tasks/attention_fwd"),
+cmd = m._nvcc_command(Path("evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu"), Path("evokernel/builtin_tasks/attention_fwd"),
                       Path(sys.argv[1]) / "kernel.so")
 print("BUILD:", " ".join(cmd), flush=True)
 proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -43,7 +43,7 @@ EOF
 echo "kernel build rc $?" >> "$LOG"
 if [ ! -f "$B/kernel.so" ]; then  # the brief's plain command, if the harness's could not be formed
   timeout 240 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC -cudart shared \
-    -I evokernel/tasks/attention_fwd -o "$B/kernel.so" evokernel/defaults/attention_hopper.cu >> "$LOG" 2>&1
+    -I evokernel/builtin_tasks/attention_fwd -o "$B/kernel.so" evokernel/builtin_tasks/attention_fwd/seeds/attention_hopper.cu >> "$LOG" 2>&1
   echo "fallback kernel build rc $?" >> "$LOG"
 fi
 

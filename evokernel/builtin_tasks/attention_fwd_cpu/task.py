@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evokernel.tasks.attention import AttentionTask, Scenario, numpy_reference
+from evokernel.builtin_tasks.attention import AttentionTask, Scenario, numpy_reference
 
 
 class AttentionFwdCpu(AttentionTask):

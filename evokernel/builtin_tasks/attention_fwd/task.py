@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evokernel.tasks.attention import AttentionTask, Scenario, torch_reference
+from evokernel.builtin_tasks.attention import AttentionTask, Scenario, torch_reference
 from evokernel.harness.task import Baseline
 
 
