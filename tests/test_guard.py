@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.harness import guard
+from evokernel.builtin_tasks import ATTENTION_SEEDS
+from evokernel.harness import guard, object_imports
 from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.task_loader import get_task
 
@@ -21,7 +22,7 @@ C_ORIGINAL = CPU_TASK.original.read_text()
 CU_ORIGINAL = GPU_TASK.original.read_text()
 C_LINES = C_ORIGINAL.count("\n")  # the original ends with a newline: appended text starts on C_LINES + 1
 CU_LINES = CU_ORIGINAL.count("\n")
-DEFAULTS = sorted((Path(guard.__file__).parents[1] / "defaults").glob("*.cu"))
+DEFAULTS = sorted(ATTENTION_SEEDS.glob("*.cu"))  # the hand-written seeds
 
 
 def c_check(source: str) -> str | None:
@@ -272,12 +273,12 @@ ALLOWED_IMPORTS = [
 
 @pytest.mark.parametrize("symbol", FORBIDDEN_IMPORTS)
 def test_forbidden_imports(symbol):
-    assert guard.forbidden_import(symbol)
+    assert object_imports.forbidden_import(symbol)
 
 
 @pytest.mark.parametrize("symbol", ALLOWED_IMPORTS)
 def test_allowed_imports(symbol):
-    assert not guard.forbidden_import(symbol)
+    assert not object_imports.forbidden_import(symbol)
 
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("nm") is None, reason="needs gcc and nm")
@@ -297,7 +298,7 @@ def test_object_importing_open64_through_an_asm_label_is_refused(tmp_path):
     library = build_c(tmp_path, 'int o(const char*, int) __asm__("open64");\n'
                                 'int evk_attention_fwd(const void* p) { return o("/etc/passwd", 0); }\n')
     assert c_check(library.with_suffix(".c").read_text()).startswith("static guard: renames a symbol with an asm label")
-    assert guard.check_shared_object(library) == "static guard: the built object imports 'open64'"
+    assert object_imports.check_shared_object(library) == "static guard: the built object imports 'open64'"
 
 
 @needs_gcc
@@ -309,7 +310,7 @@ def test_object_importing_open64_through_an_asm_label_is_refused(tmp_path):
 def test_object_importing_a_forbidden_variant_is_refused(tmp_path, name, declaration, call):
     library = build_c(tmp_path, f'{declaration} __asm__("{name}");\n'
                                 f"int evk_attention_fwd(const void* p) {{ return {call}; }}\n")
-    assert guard.check_shared_object(library) == f"static guard: the built object imports '{name}'"
+    assert object_imports.check_shared_object(library) == f"static guard: the built object imports '{name}'"
 
 
 @needs_gcc
@@ -329,7 +330,7 @@ int evk_attention_fwd(float* o, const float* x, int n) {
 """)
     listing = subprocess.run(["nm", "-D", "--undefined-only", str(library)], capture_output=True, text=True).stdout
     assert "expf" in listing and "malloc" in listing and "memcpy" in listing
-    assert guard.check_shared_object(library) is None
+    assert object_imports.check_shared_object(library) is None
 
 
 @needs_gcc
@@ -337,19 +338,19 @@ def test_task_original_object_passes(tmp_path):
     library = tmp_path / "original.so"
     command = LANGUAGES["c"].compile_command(CPU_TASK.original, CPU_TASK.header.parent, library)
     subprocess.run(command, check=True, capture_output=True, text=True)
-    assert guard.check_shared_object(library) is None
+    assert object_imports.check_shared_object(library) is None
 
 
 def test_without_nm_the_object_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert guard.check_shared_object(tmp_path / "k.so") == \
+    assert object_imports.check_shared_object(tmp_path / "k.so") == \
         "static guard: nm is not available to check the built object's imports"
 
 
 @needs_gcc
 def test_an_object_nm_cannot_read_is_refused(tmp_path):
     (tmp_path / "k.so").write_text("not an object")
-    assert guard.check_shared_object(tmp_path / "k.so").startswith(
+    assert object_imports.check_shared_object(tmp_path / "k.so").startswith(
         "static guard: nm could not read the built object's imports")
 
 
@@ -397,24 +398,24 @@ MEASURED_C_IMPORTS = ["GOMP_parallel", "GOMP_loop_nonmonotonic_dynamic_start", "
 
 @pytest.mark.parametrize("symbol", MEASURED_CUDA_IMPORTS)
 def test_what_built_cuda_kernels_import_is_allowed(symbol):
-    assert guard.allowed_import(symbol, "cuda")
+    assert object_imports.allowed_import(symbol, "cuda")
 
 
 @pytest.mark.parametrize("symbol", MEASURED_C_IMPORTS)
 def test_what_built_c_kernels_import_is_allowed(symbol):
-    assert guard.allowed_import(symbol, "c")
+    assert object_imports.allowed_import(symbol, "c")
 
 
 @pytest.mark.parametrize("symbol", ["PyGILState_Ensure", "PyRun_SimpleString", "write", "read", "exit", "syscall",
                                     "pthread_create", "getppid", "dlopen", "_r_debug", "cudaLaunchKernel_ptsz",
                                     "cudaStreamCreate", "cudaDeviceSynchronize", "cuLaunchKernel"])
 def test_anything_else_is_refused_for_both_languages(symbol):
-    assert not guard.allowed_import(symbol, "c") and not guard.allowed_import(symbol, "cuda")
+    assert not object_imports.allowed_import(symbol, "c") and not object_imports.allowed_import(symbol, "cuda")
 
 
 @needs_gcc
 def test_an_object_importing_the_python_c_api_is_refused_by_name(tmp_path):
     library = build_c(tmp_path, "extern int PyRun_SimpleString(const char*) __attribute__((weak));\n"
                                 "int evk_attention_fwd(const void* p) { return PyRun_SimpleString ? 1 : 0; }\n")
-    assert guard.check_shared_object(library, "c") == \
+    assert object_imports.check_shared_object(library, "c") == \
         "static guard: the built object imports 'PyRun_SimpleString', which is not on the allowlist of c kernels"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evokernel.harness import object_imports
 from evokernel.harness import CheckOptions, get_task, guard
 from evokernel.store import Store
 from isolation_suite import IsolationSuite, canary, name_of
@@ -59,7 +60,7 @@ def test_cpu_source_passes_the_static_guard(planted):
 def test_cpu_object_passes_the_import_guard(planted, tmp_path):
     proc, library = compile_c(planted.source(ORIGINAL), tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert guard.check_shared_object(library) is None
+    assert object_imports.check_shared_object(library) is None
 
 
 @pytest.mark.parametrize("planted", CUDA_PLANTED, ids=name_of)
@@ -78,7 +79,7 @@ def test_cuda_source_compiles_and_passes_the_import_guard(planted, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and library.exists(), proc.stdout + proc.stderr
     assert "warning" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    assert guard.check_shared_object(library) is None
+    assert object_imports.check_shared_object(library) is None
 
 
 # -- Isolation attacks and timing cheats through the harness (tests/isolation_suite.py) --------------

@@ -203,7 +203,7 @@ def test_a_replay_answers_from_the_recorded_run_without_any_network(tmp_path, mo
     replay = evokernel("run", config, "--model", "openai/fake", "--api-base", api_base, "--replay", recorded_dir,
                        "--runs-dir", tmp_path / "replayed")
     assert replay.exit_code == 0, replay.output
-    assert "checking" not in replay.output  # no check call either
+    assert "with one short call each" not in replay.output  # no model check call either
     with Store(only_run(tmp_path / "replayed"), readonly=True) as store:
         calls = store.llm_calls()
         failed = store.llm_failures()

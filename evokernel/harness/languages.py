@@ -41,7 +41,7 @@ def cuda_library_dirs() -> list[str]:
 
 def _nvcc_command(source: Path, include_dir: Path, output: Path) -> list[str]:
     # The shared runtime, so that the object's undefined symbols are the kernel's own imports
-        # (guard.check_shared_object reads them; the static runtime brings dlopen, open...), and an
+        # (object_imports.check_shared_object reads them; the static runtime brings dlopen, open...), and an
         # rpath to the toolkit's runtime so that the object loads without LD_LIBRARY_PATH.
     rpath = [arg for folder in cuda_library_dirs() for arg in ("-Xlinker", f"-rpath={folder}")]
     return ["nvcc", "-O3", "-std=c++17", *cuda_arch_flags(), "-Xptxas", "-v", "-lineinfo",
