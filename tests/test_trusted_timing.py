@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from evokernel.harness import CheckOptions, check_source, get_task
-from evokernel.harness import guard
+from evokernel.harness import guard, object_imports
 from planted import CPU
 
 TASK = get_task("attention-fwd-cpu")
@@ -43,7 +43,7 @@ static void reply_now(struct evk_box* box) {  // a reply written early, and byte
 def unguarded(monkeypatch):
     """The source and import checks switched off: only the runner, the worker and seccomp stand."""
     monkeypatch.setattr(guard, "check_source", lambda *args: None)
-    monkeypatch.setattr(guard, "check_shared_object", lambda *args: None)
+    monkeypatch.setattr(object_imports, "check_shared_object", lambda *args: None)
 
 
 def attack(wrapper: str) -> str:

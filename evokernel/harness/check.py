@@ -8,10 +8,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evokernel.errors import BadInput
-from evokernel.harness import guard
+from evokernel.harness import guard, object_imports
 from evokernel.harness.build import BuildResult, build, cache_home, show_source_paths
 from evokernel.harness.judge import judge
-from evokernel.harness.object_imports import check_shared_object
 from evokernel.harness.profiles import profile_of
 from evokernel.harness.protocol import CheckRequest
 from evokernel.harness.report import CheckReport
@@ -63,7 +62,7 @@ def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | No
         first = next((line for line in result.log.splitlines() if "error" in line.lower()), result.log[:200])
         return result, f"{label} does not compile: {first.strip()}"
     if result.library:  # C and CUDA objects alike: their own imports
-        reason = check_shared_object(result.library, task.language)
+        reason = object_imports.check_shared_object(result.library, task.language)
         if reason:
             return result, reason
     return result, None
