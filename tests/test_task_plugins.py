@@ -113,3 +113,58 @@ def test_cheats_on_a_task_with_two_outputs_are_rejected(name, task_dir):
     assert source != ORIGINAL
     report = check_source(source, str(task_dir), CheckOptions(scenario_set="quick", trials=2, rounds=5))
     assert not report.correct and reason in report.failure, report.failure
+
+
+def test_run_takes_a_task_from_the_command_line_without_a_config(task_dir, tmp_path, local_ray, monkeypatch):
+    monkeypatch.chdir(task_dir.parent)  # `rmsnorm_cpu` is a task directory here, as `check --task` takes it
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", "--task", "rmsnorm_cpu", "--budget", "3", "--population", "2",
+                                       "--runs-dir", str(runs)])
+    assert result.exit_code == 0, result.output
+    assert "using the embedded default cpu.yaml" in result.output
+    (run_dir,) = runs.iterdir()
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["task"] == str(task_dir) and config["seeds"] == [] and config["speed_reference"] == "original"
+    assert config["scenarios"] == "quick" and config["name"] == "rmsnorm-cpu"
+    with Store(run_dir, readonly=True) as store:
+        seed = store.individual(1)
+    assert seed.operator == "seed" and seed.status == "correct"
+
+
+def test_every_spelling_of_a_task_directory_is_the_same_task(task_dir, monkeypatch):
+    from evokernel.cli.run import _run_config
+
+    monkeypatch.chdir(task_dir.parent)
+    spellings = ["rmsnorm_cpu", "./rmsnorm_cpu", str(task_dir), "../my_tasks/rmsnorm_cpu"]
+    configs = [_run_config(None, None, None, None, None, None, task=spelling) for spelling in spellings]
+    assert {c.task for c in configs} == {str(task_dir)}
+    builtin = _run_config(None, None, None, None, None, None, task="attention-fwd-cpu", scenarios="all")
+    assert builtin.task == "attention-fwd-cpu" and builtin.scenarios == "all"
+    seeded = _run_config(None, None, None, None, None, None, task="rmsnorm_cpu",
+                         seed_kernels=(task_dir / "original.c",))
+    assert seeded.seeds == [task_dir / "original.c"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "no_such_task"], "error: unknown task 'no_such_task'"),
+    (["--task", "rmsnorm_cpu", "--seed-kernel", "missing.c"], "error: --seed-kernel missing.c: file not found"),
+    (["--resume", "somewhere", "--task", "rmsnorm_cpu"], "error: --task: a resumed run keeps its own task and seeds"),
+    (["--task", "rmsnorm_cpu", "--scenarios", "huge"], "error: --scenarios huge: "),
+])
+def test_a_bad_task_option_is_one_line_and_starts_nothing(task_dir, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(task_dir.parent)
+    result = CliRunner().invoke(main, ["run", *args, "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if not line.startswith("no CONFIG given")]
+    assert len(lines) == 1 and lines[0].startswith(message), result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_example_task_ships_a_config_for_its_own_directory():
+    from evokernel.config import load_config
+
+    examples = sorted(p for p in EXAMPLE.parent.iterdir() if (p / "task.py").is_file())
+    assert len(examples) >= 2
+    for directory in examples:
+        config = load_config(directory / "config.yaml")
+        assert Path(config.task) == directory and config.scenarios in get_task(directory).scenario_sets

@@ -27,12 +27,31 @@ def parse_duration(text: str) -> float:
 # command-line override -> (config field it sets, as parse_config names it)
 RUN_OVERRIDES = {"--scenarios": "scenarios", "--seed": "random_seed", "--population": "population_size",
                  "--wall-time": "budget.wall_time_s", "--usd": "budget.usd", "--budget": "budget.evaluations",
-                 "--model": "llm.models.0"}
+                 "--model": "llm.models.0", "--seed-kernel": "seeds"}
+
+
+def _with_task(data: dict, spelling: str) -> str:
+    """Point a config's settings at the task `--task` names (a built-in name, or a task directory relative to the
+    working directory, as `check --task` takes it): its original kernel is the seed, its speed reference the
+    config's when the task has it (else its original), its scenarios the config's set when the task has one of
+    that name (else `quick`, else its first). Returns the task as the config then holds it."""
+    from evokernel.harness import get_task, task_names
+
+    task = get_task(spelling)  # one line for an unknown name or a broken task directory
+    data["task"] = task.name if spelling in task_names() else str(task.directory)
+    data["seeds"] = []
+    if data.get("speed_reference", "original") not in ("original", *task.baselines()):
+        data["speed_reference"] = "original"
+    if data.get("scenarios") not in task.scenario_sets:
+        data["scenarios"] = "quick" if "quick" in task.scenario_sets else next(iter(task.scenario_sets))
+    data["name"] = task.name
+    return data["task"]
 
 
 def _run_config(config_path: Path | None, resume: Path | None, model: str | None, api_base: str | None,
                 budget: int | None, address: str | None, scenarios: str | None = None, random_seed: int | None = None,
-                population: int | None = None, wall_time: str | None = None, usd: float | None = None):
+                population: int | None = None, wall_time: str | None = None, usd: float | None = None,
+                task: str | None = None, seed_kernels: tuple[Path, ...] = ()):
     """The config of a new or resumed run, with the command-line overrides applied and validated."""
     from evokernel.config import load_config, parse_config
     from evokernel.defaults import default_config_path
@@ -40,15 +59,31 @@ def _run_config(config_path: Path | None, resume: Path | None, model: str | None
     if resume is not None:
         if config_path is not None:
             raise BadInput("give either CONFIG or --resume RUN_DIR (a resumed run keeps its own config)")
+        fixed = [name for name, value in (("--task", task), ("--seed-kernel", seed_kernels)) if value]
+        if fixed:
+            raise BadInput(f"{', '.join(fixed)}: a resumed run keeps its own task and seeds")
         config_path = resume / "config.yaml"
         if not config_path.is_file():
             raise BadInput(f"--resume {resume}: not a run directory (no config.yaml)")
     elif config_path is None:
-        config_path = default_config_path()
+        if task is not None:
+            from evokernel.harness import get_task, profile_of
+
+            config_path = default_config_path(gpu=profile_of(get_task(task).backend).device_kind == "gpu")
+        else:
+            config_path = default_config_path()
         console.print(f"[dim]no CONFIG given: using the embedded default {config_path.name}[/]")
     config = load_config(config_path, resumed=resume is not None)
     data = config.model_dump(mode="json", by_alias=True)
     given = {}
+    if task is not None:
+        _with_task(data, task)
+    if seed_kernels:
+        missing = next((path for path in seed_kernels if not path.is_file()), None)
+        if missing is not None:
+            raise BadInput(f"--seed-kernel {missing}: file not found")
+        data["seeds"] = [str(path.resolve()) for path in seed_kernels]
+        given["--seed-kernel"] = " ".join(map(str, seed_kernels))
     if model:
         data["llm"]["models"] = [{"model": model, "api_base": api_base}]
         given["--model"] = model
@@ -270,18 +305,25 @@ def _resumable(command):
 @click.option("--replay", type=click.Path(path_type=Path),
               help="Answer the questions from this run's recorded LLM calls, without any network.")
 @click.option("--no-llm-check", is_flag=True, help="Skip the short call to each model before the search starts.")
+@click.option("--task", "task", help="Search this task instead of the config's: a built-in name or a task directory "
+                                     "(its original kernel is the seed; without CONFIG, the embedded config of its "
+                                     "device kind supplies the rest).")
+@click.option("--seed-kernel", "seed_kernels", multiple=True, type=click.Path(path_type=Path),
+              help="A seed kernel file instead of the config's seeds (or the task's original); repeatable.")
 @_resumable
 def run(config_path: Path | None, model: str | None, api_base: str | None, budget: int | None,
         address: str | None, resume: Path | None, runs_dir: Path, replay: Path | None, no_llm_check: bool,
         scenarios: str | None, random_seed: int | None, population: int | None, wall_time: str | None,
-        usd: float | None) -> None:
-    """Evolve kernels: CONFIG (default: the embedded CPU or GPU config) on a local Ray instance or a cluster."""
+        usd: float | None, task: str | None, seed_kernels: tuple[Path, ...]) -> None:
+    """Evolve kernels: CONFIG (default: the embedded CPU or GPU config; with --task, the one for the task's
+    device) on a local Ray instance or a cluster."""
     from rich.live import Live
 
     from evokernel.search import Search, new_run_dir
 
     config = _run_config(config_path, resume, model, api_base, budget, address, scenarios=scenarios,
-                         random_seed=random_seed, population=population, wall_time=wall_time, usd=usd)
+                         random_seed=random_seed, population=population, wall_time=wall_time, usd=usd,
+                         task=task, seed_kernels=seed_kernels)
     if replay is not None:
         config = _with_replay(config, replay)
     _llm_preflight(config, check=not no_llm_check)
