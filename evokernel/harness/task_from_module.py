@@ -106,7 +106,7 @@ def write_task(name: str, module_path: Path, seed_kernel: Path, directory: Path,
     """Write the task directory (whole or not at all); returns it. BadInput for bad options or a bad module."""
     from evokernel.harness.build import show_source_paths
     from evokernel.harness.check import build_checked
-    from evokernel.harness.task_loader import load_task_dir, task_names
+    from evokernel.harness.task_loader import CPU_DTYPES, load_task_dir, task_names
 
     if not NAME_RE.fullmatch(name):
         raise BadInput(f"task name '{name}': lowercase words joined by hyphens (e.g. softmax-rows)")
@@ -114,7 +114,7 @@ def write_task(name: str, module_path: Path, seed_kernel: Path, directory: Path,
         raise BadInput(f"task name '{name}' is a built-in task's; choose another")
     if language not in LANGUAGES:
         raise BadInput(f"--language {language}: one of {', '.join(LANGUAGES)}")
-    allowed = ("float32",) if LANGUAGES[language].backend == "cpu" else tuple(DTYPES)
+    allowed = CPU_DTYPES if language == "c" else tuple(DTYPES)  # as the task loader checks it
     if dtype not in allowed:
         raise BadInput(f"--dtype {dtype}: a {language} task takes {', '.join(allowed)}")
     if directory.exists():
