@@ -419,3 +419,12 @@ def test_an_object_importing_the_python_c_api_is_refused_by_name(tmp_path):
                                 "int evk_attention_fwd(const void* p) { return PyRun_SimpleString ? 1 : 0; }\n")
     assert object_imports.check_shared_object(library, "c") == \
         "static guard: the built object imports 'PyRun_SimpleString', which is not on the allowlist of c kernels"
+
+
+@needs_gcc
+def test_a_cuda_object_importing_exit_is_told_why_a_correct_kernel_may(tmp_path):
+    """nvcc's host copy of a non-static __device__ function calls exit() (measured on the H200)."""
+    library = build_c(tmp_path, "#include <stdlib.h>\nint evk_attention_fwd(const void* p) { if (!p) exit(1); return 0; }\n")
+    assert object_imports.check_shared_object(library, "cuda") == (
+        "static guard: the built object imports 'exit', which is not on the allowlist of cuda kernels (nvcc calls "
+        "exit() in the host copy of a __device__ function that is not static: declare such functions static)")

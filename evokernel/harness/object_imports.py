@@ -93,6 +93,12 @@ def forbidden_import(symbol: str) -> bool:
     return FORBIDDEN_SYMBOL_RE.fullmatch(symbol.split("@")[0]) is not None
 
 
+# Why a correct kernel may import a refused name, said with the refusal. nvcc gives the host copy of a __device__
+# function with external linkage a body that calls exit() (measured on the H200: the import goes with `static`).
+HINTS = {("cuda", "exit"): " (nvcc calls exit() in the host copy of a __device__ function that is not static: "
+                           "declare such functions static)"}
+
+
 def check_shared_object(path: Path, language: str | None = None) -> str | None:
     """Refuse a built object that imports a symbol outside its language's allowlist, or (any object, and
     one of no given language) on the list of forbidden ones. The object must be linked so that its own imports show (CUDA: against the shared
@@ -131,7 +137,8 @@ def _read_imports(path: Path, language: str | None) -> str | None:
             continue
         name = fields[-1].split("@")[0]
         if language is not None and not allowed_import(name, language):
-            return f"static guard: the built object imports '{name}', which is not on the allowlist of {language} kernels"
+            return (f"static guard: the built object imports '{name}', which is not on the allowlist of {language} "
+                    f"kernels{HINTS.get((language, name), '')}")
         if forbidden_import(fields[-1]):
             return f"static guard: the built object imports '{name}'"
     return None

@@ -4,7 +4,7 @@
 
 constexpr int THREADS = 256;
 
-__device__ float block_reduce(float value, bool take_max, float* scratch) {
+static __device__ float block_reduce(float value, bool take_max, float* scratch) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const float other = __shfl_xor_sync(0xffffffffu, value, offset);
     value = take_max ? fmaxf(value, other) : value + other;
