@@ -151,6 +151,49 @@ def test_a_seed_that_does_not_fit_the_header_is_named_and_leaves_nothing(tmp_pat
     silu[1].write_text(SILU_KERNEL.replace("p->x_d2", "p->x_d3"))  # the module's input has three sizes
     result = new_task(tmp_path, "silu", *silu)
     assert result.exit_code == 2, result.output
-    assert f"--seed-kernel {silu[1]}: --seed-kernel does not compile" in result.output and "x_d3" in result.output
+    assert result.output.startswith(f"error: --seed-kernel {silu[1]}: does not compile: original.c:")
+    assert "x_d3" in result.output and "evk_silu.h" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["silu.c", "silu.py"]
+
+
+def test_a_model_writes_the_first_kernel_and_a_rejected_one_goes_back_with_its_reason(tmp_path, silu):
+    from fake_llm_server import FakeLLMServer
+
+    wrong = SILU_KERNEL.replace("p->x_d0 * p->x_d1 * p->x_d2", "p->x_d1 * p->x_d2")  # the first row only
+    answers = [f"A first version.\n```c\n{wrong}```\n", f"Every element now.\n```c\n{SILU_KERNEL}```\n"]
+    with FakeLLMServer(answers) as server:
+        result = CliRunner().invoke(main, ["task", "new", "silu", "--from-module", str(silu[0]), "--model",
+                                           "openai/fake", "--api-base", server.api_base, "-o", str(tmp_path / "silu")])
+        prompts = [request["messages"][0]["content"] for request in server.requests]
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "silu" / "original.c").read_text() == SILU_KERNEL
+    assert "first kernel, attempt 1: rejected" in result.output and "first kernel, attempt 2: correct" in result.output
+    assert len(prompts) == 2 and "return x * torch.sigmoid(x)" in prompts[0] and "long long x_d0, x_d1, x_d2" in prompts[0]
+    assert "Your previous kernel, which the harness rejected" in prompts[1] and wrong.strip() in prompts[1]
+    assert "b4: wrote NaN/Inf or left output out unwritten at 450 of 600 elements" in prompts[1]
+
+
+def test_a_model_without_a_correct_kernel_leaves_nothing(tmp_path, silu):
+    from fake_llm_server import FakeLLMServer
+
+    with FakeLLMServer(["No code here, sorry.", "Still none."]) as server:
+        result = CliRunner().invoke(main, ["task", "new", "silu", "--from-module", str(silu[0]), "--model",
+                                           "openai/fake", "--api-base", server.api_base, "--attempts", "2",
+                                           "-o", str(tmp_path / "silu")])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == ("error: --model openai/fake: no correct first kernel in 2 attempts "
+                                                      "(last: the answer holds no kernel: no code block and no "
+                                                      "SEARCH/REPLACE edits in the answer)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["silu.c", "silu.py"]
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "error: give the first kernel: --seed-kernel FILE (yours) or --model MODEL (a model writes it)"),
+    (["--model", "files"], "error: --model files: its answers come within a run; give --seed-kernel FILE"),
+])
+def test_the_first_kernel_must_come_from_somewhere_that_can_give_it_now(tmp_path, silu, args, message):
+    result = CliRunner().invoke(main, ["task", "new", "silu", "--from-module", str(silu[0]), *args,
+                                       "-o", str(tmp_path / "silu")])
+    assert result.exit_code == 2 and result.output.strip().splitlines()[-1].startswith(message), result.output
+    assert not (tmp_path / "silu").exists()

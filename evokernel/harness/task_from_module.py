@@ -14,13 +14,14 @@ import math
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from evokernel.errors import BadInput, read_text
 from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.module_task import MODULE_FILE, build_model, load_module_file, torch_module
-from evokernel.harness.task import DTYPES
+from evokernel.harness.task import DTYPES, Task
 
 NAME_RE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 SCALE_DIVISORS = (16, 4, 2, 1)  # scenarios at these fractions of the module's own leading size
@@ -102,10 +103,11 @@ def _forward_on_meta(path: Path, torch, model, given: list) -> tuple[list, float
     return results, float(counter.get_total_flops())
 
 
-def write_task(name: str, module_path: Path, seed_kernel: Path, directory: Path, language: str, dtype: str) -> Path:
-    """Write the task directory (whole or not at all); returns it. BadInput for bad options or a bad module."""
-    from evokernel.harness.build import show_source_paths
-    from evokernel.harness.check import build_checked
+def write_task(name: str, module_path: Path, directory: Path, language: str, dtype: str,
+               first_kernel: Callable[[Task, str, Callable[[str], str | None]], str]) -> Path:
+    """Write the task directory (whole or not at all); returns it. `first_kernel(task, module_source, check)`
+    gives the task's original kernel, `check(source)` saying why a candidate is not correct (None: it is).
+    BadInput for bad options, a bad module or no correct first kernel."""
     from evokernel.harness.task_loader import CPU_DTYPES, load_task_dir, task_names
 
     if not NAME_RE.fullmatch(name):
@@ -121,33 +123,46 @@ def write_task(name: str, module_path: Path, seed_kernel: Path, directory: Path,
         raise BadInput(f"-o {directory}: already exists (a task is written into a new directory)")
     if not module_path.is_file():
         raise BadInput(f"--from-module {module_path}: file not found")
-    if not seed_kernel.is_file():
-        raise BadInput(f"--seed-kernel {seed_kernel}: file not found")
-    if seed_kernel.suffix != LANGUAGES[language].extension:
-        raise BadInput(f"--seed-kernel {seed_kernel}: a {language} kernel ends in {LANGUAGES[language].extension}")
-    module_text, seed_text = read_text(module_path, "--from-module"), read_text(seed_kernel, "--seed-kernel")
+    module_text = read_text(module_path, "--from-module")
     signature = inspect_module(module_path, language, dtype)
     directory.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     try:
         entry = "evk_" + name.replace("-", "_")
         header = f"{entry}.h"
-        original = f"original{LANGUAGES[language].extension}"
+        original = scratch / f"original{LANGUAGES[language].extension}"
         (scratch / MODULE_FILE).write_text(module_text)
-        (scratch / original).write_text(seed_text)
+        original.write_text(f"// {entry}: the first kernel is not written yet\n")
         (scratch / header).write_text(_header(name, entry, signature, language, dtype))
-        (scratch / "task.py").write_text(_task_py(name, entry, header, original, module_path.name, signature,
+        (scratch / "task.py").write_text(_task_py(name, entry, header, original.name, module_path.name, signature,
                                                   language, dtype))
         (scratch / "config.yaml").write_text(_config(name))
-        written = load_task_dir(scratch)  # the written task loads: its seed names the entry, its scenarios are sound
-        _, reason = build_checked(seed_text, written, "--seed-kernel")
-        if reason:
-            raise BadInput(f"--seed-kernel {seed_kernel}: {show_source_paths(reason, str(seed_kernel))} (against the "
-                           f"header this task would have: {header}, fields NAME_d0, NAME_d1, ... for the sizes)")
+        task = load_task_dir(scratch)  # the written task loads, its scenarios are sound
+
+        def check(source: str) -> str | None:
+            original.write_text(source)
+            return _first_kernel_problem(source, task, header)
+
+        original.write_text(first_kernel(task, module_text, check))
         scratch.rename(directory)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return directory
+
+
+def _first_kernel_problem(source: str, task: Task, header: str) -> str | None:
+    """Why a first kernel is not the task's original (None: it passes every quick scenario, untimed)."""
+    from evokernel.harness.build import show_source_paths
+    from evokernel.harness.check import CheckOptions, check_source
+
+    report = check_source(source, task, CheckOptions(scenario_set="quick", time_kernels=False),
+                          kernel_name=task.original.name)
+    if report.correct:
+        return None
+    failure = show_source_paths(report.failure or "rejected", task.original.name).removeprefix("candidate ")
+    log = "\n".join(line for line in (report.build_log or "").splitlines() if "error" in line.lower())
+    return (f"{failure} (the header: {header}, the sizes in fields NAME_d0, NAME_d1, ...)"
+            + (f"\n{show_source_paths(log, task.original.name)[:2000]}" if log else ""))
 
 
 def _tensor_lines(signature: ModuleSignature) -> list[tuple[str, int, str]]:
