@@ -128,30 +128,30 @@ class ModuleTask(Task):
     def _input_shape(self, name: str, s: ModuleScenario) -> tuple[int, ...]:
         return (s.batch, *self.input_shapes[name][1:]) if self.scaled else self.input_shapes[name]
 
-    def _forward(self, values: dict, dtype, device) -> dict:
-        """The module's outputs, with its parameters taken from `values` (by ABI name)."""
+    def _loaded_model(self, values: dict, dtype, device):
+        """The module in `dtype` on `device`, its parameters taken from `values` (by ABI name)."""
         torch = torch_module()
         model = build_model(self.module, dtype, str(device))
         held = dict(model.named_parameters())
         with torch.no_grad():
             for name, (parameter, shape) in self.parameters.items():
                 held[parameter].copy_(values[name].reshape(shape))
-            result = model(*[values[name] for name in self.input_shapes])
+        return model
+
+    def _forward(self, values: dict, dtype, device) -> dict:
+        """The module's outputs by name, from the inputs and parameters in `values`."""
+        torch = torch_module()
+        with torch.no_grad():
+            result = self._loaded_model(values, dtype, device)(*[values[name] for name in self.input_shapes])
         results = result if isinstance(result, (tuple, list)) else (result,)
-        names = list(next(iter(self.output_shapes.values())))
-        return dict(zip(names, results))
+        return dict(zip(next(iter(self.output_shapes.values())), results))
 
     def _prepare_eager(self, arrays: dict, s: ModuleScenario) -> tuple:
         torch = torch_module()
         on_host = isinstance(next(iter(arrays.values())), np.ndarray)
         values = {name: torch.from_numpy(np.asarray(array)) if on_host else array for name, array in arrays.items()}
         first = values[self._first_input]
-        model = build_model(self.module, first.dtype, str(first.device))
-        held = dict(model.named_parameters())
-        with torch.no_grad():
-            for name, (parameter, shape) in self.parameters.items():
-                held[parameter].copy_(values[name].reshape(shape))
-        return model, [values[name] for name in self.input_shapes]
+        return self._loaded_model(values, first.dtype, first.device), [values[name] for name in self.input_shapes]
 
     @staticmethod
     def _eager(prepared: tuple, s: ModuleScenario) -> Any:
