@@ -197,3 +197,12 @@ def test_the_first_kernel_must_come_from_somewhere_that_can_give_it_now(tmp_path
                                        "-o", str(tmp_path / "silu")])
     assert result.exit_code == 2 and result.output.strip().splitlines()[-1].startswith(message), result.output
     assert not (tmp_path / "silu").exists()
+
+
+@pytest.mark.parametrize("module", sorted(MODULES.glob("*.py")), ids=lambda path: path.stem)
+def test_every_example_module_makes_a_task_its_first_c_kernel_passes(tmp_path, module):
+    name = module.stem.replace("_", "-")
+    result = new_task(tmp_path, name, module, module.with_suffix(".c"))
+    assert result.exit_code == 0, result.output
+    report = check(tmp_path, name)
+    assert report["correct"], report["failure"]
