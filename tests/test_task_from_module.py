@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from evokernel.cli import main
+from evokernel.store import Store
 
 pytest.importorskip("torch")
 MODULES = Path(__file__).resolve().parent.parent / "examples" / "modules"
@@ -206,3 +207,26 @@ def test_every_example_module_makes_a_task_its_first_c_kernel_passes(tmp_path, m
     assert result.exit_code == 0, result.output
     report = check(tmp_path, name)
     assert report["correct"], report["failure"]
+
+
+def test_a_short_search_on_a_module_task_whose_first_kernel_a_model_wrote(tmp_path, silu, local_ray, monkeypatch):
+    from fake_llm_server import FakeLLMServer
+
+    variants = [SILU_KERNEL.replace("  for (long long i", f"  const int unroll_{n} = {n};\n  (void)unroll_{n};\n"
+                                                        "  for (long long i") for n in range(1, 9)]
+    answers = [f"```c\n{SILU_KERNEL}```\n"] + [f"A variant.\n```c\n{v}```\n" for v in variants]
+    monkeypatch.chdir(tmp_path)
+    with FakeLLMServer(answers) as server:
+        made = CliRunner().invoke(main, ["task", "new", "silu", "--from-module", str(silu[0]), "--model", "openai/fake",
+                                         "--api-base", server.api_base])
+        assert made.exit_code == 0, made.output
+        searched = CliRunner().invoke(main, ["run", "silu/config.yaml", "--budget", "3", "--model", "openai/fake",
+                                             "--api-base", server.api_base, "--no-llm-check", "--runs-dir", "runs"])
+        prompts = [request["messages"][0]["content"] for request in server.requests[1:]]
+    assert searched.exit_code == 0, searched.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    with Store(run_dir, readonly=True) as store:
+        rows = [row for row in store.individuals() if row.status in ("correct", "rejected")]
+    assert len(rows) == 3 and rows[0].operator == "seed" and rows[0].status == "correct"
+    assert any(row.status == "correct" and row.operator.startswith("question") for row in rows[1:])
+    assert prompts and "b4" in prompts[0] and "long long x_d0, x_d1, x_d2" in prompts[0]  # results and contract
