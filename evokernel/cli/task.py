@@ -12,7 +12,7 @@ from evokernel.errors import BadInput
 
 @click.group()
 def task() -> None:
-    """Make tasks."""
+    """Make tasks: `task new NAME --from-module FILE` writes one from a PyTorch module file."""
 
 
 @task.command()
