@@ -11,7 +11,6 @@ size, and every parameter's shape, is the module's own. PyTorch is needed wherev
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -95,11 +94,10 @@ class ModuleTask(Task):
 
     def reference(self, arrays: dict, s: ModuleScenario, precise: bool) -> dict:
         torch = torch_module()
-        on_host = isinstance(next(iter(arrays.values())), np.ndarray)
-        dtype = torch.float64 if precise else (torch.float32 if on_host else arrays[self._first_input].dtype)
-        values = {name: (torch.from_numpy(np.asarray(array)) if on_host else array).to(dtype)
-                  for name, array in arrays.items()}
-        outputs = self._forward(values, dtype, "cpu" if on_host else values[self._first_input].device)
+        values, on_host = _as_tensors(arrays)
+        dtype = torch.float64 if precise else values[self._first_input].dtype
+        values = {name: value.to(dtype) for name, value in values.items()}
+        outputs = self._forward(values, dtype, values[self._first_input].device)
         if on_host:
             return {name: out.double().numpy() for name, out in outputs.items()}
         return {name: out.float() if not precise else out for name, out in outputs.items()}
@@ -118,6 +116,10 @@ class ModuleTask(Task):
 
     # -- the module ---------------------------------------------------------------------------
     @cached_property
+    def _models(self) -> dict:
+        return {}  # (dtype, device) -> the module built for the references
+
+    @cached_property
     def module(self):
         return load_module_file(self.directory / self.module_file, f"evokernel_module_{abs(hash(self.directory))}")
 
@@ -129,9 +131,13 @@ class ModuleTask(Task):
         return (s.batch, *self.input_shapes[name][1:]) if self.scaled else self.input_shapes[name]
 
     def _loaded_model(self, values: dict, dtype, device):
-        """The module in `dtype` on `device`, its parameters taken from `values` (by ABI name)."""
+        """The module in `dtype` on `device` (built once for each), its parameters taken from `values` (by ABI
+        name): every call overwrites all of them, so nothing of an earlier call's inputs stays."""
         torch = torch_module()
-        model = build_model(self.module, dtype, str(device))
+        key = (dtype, str(device))
+        if key not in self._models:
+            self._models[key] = build_model(self.module, dtype, str(device))
+        model = self._models[key]
         held = dict(model.named_parameters())
         with torch.no_grad():
             for name, (parameter, shape) in self.parameters.items():
@@ -147,9 +153,8 @@ class ModuleTask(Task):
         return dict(zip(next(iter(self.output_shapes.values())), results))
 
     def _prepare_eager(self, arrays: dict, s: ModuleScenario) -> tuple:
-        torch = torch_module()
-        on_host = isinstance(next(iter(arrays.values())), np.ndarray)
-        values = {name: torch.from_numpy(np.asarray(array)) if on_host else array for name, array in arrays.items()}
+        """The module loaded with these parameters (its outputs are timed, never checked), and its inputs."""
+        values, _ = _as_tensors(arrays)
         first = values[self._first_input]
         return self._loaded_model(values, first.dtype, first.device), [values[name] for name in self.input_shapes]
 
@@ -161,5 +166,8 @@ class ModuleTask(Task):
             return model(*inputs)
 
 
-def tensor_bytes(shapes, element_size: int) -> int:
-    return sum(math.prod(shape) for shape in shapes) * element_size
+def _as_tensors(arrays: dict) -> tuple[dict, bool]:
+    """The backend's arrays as torch tensors (numpy on the host: shared, not copied), and whether they were numpy."""
+    torch = torch_module()
+    on_host = isinstance(next(iter(arrays.values())), np.ndarray)
+    return {name: torch.from_numpy(np.asarray(a)) if on_host else a for name, a in arrays.items()}, on_host
