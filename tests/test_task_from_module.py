@@ -230,3 +230,15 @@ def test_a_short_search_on_a_module_task_whose_first_kernel_a_model_wrote(tmp_pa
     assert len(rows) == 3 and rows[0].operator == "seed" and rows[0].status == "correct"
     assert any(row.status == "correct" and row.operator.startswith("question") for row in rows[1:])
     assert prompts and "b4" in prompts[0] and "long long x_d0, x_d1, x_d2" in prompts[0]  # results and contract
+
+
+def test_timed_calls_never_see_the_same_inputs_twice_even_at_a_small_leading_size(tmp_path, silu):
+    from evokernel.harness import get_task, values
+
+    assert new_task(tmp_path, "silu", *silu).exit_code == 0
+    task = get_task(tmp_path / "silu")
+    (smallest,) = [s for s in task.scenarios("quick") if s.batch == 4]
+    rolled = [(t.shape, t.roll_axis) for t in task.inputs(smallest)]
+    assert rolled == [((4, 3, 50), 2)]
+    offsets = values.call_offsets(rolled, 7, 30)
+    assert len(set(offsets)) == 30
