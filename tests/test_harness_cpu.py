@@ -150,7 +150,7 @@ def test_worker_ends_itself_when_its_parent_is_gone(tmp_path):
     read_end, write_end = os.pipe()  # the harness channel, which nobody reads here
     request = CheckRequest(backend="cpu", task=str(TASK.directory), library=str(tmp_path), speed_reference="original",
                            scenarios=[vars(TASK.scenarios("quick")[0])], seed=1, trials=1, rounds=1, warmup=0,
-                           floors_ms=[0.0], min_limit_s=1.0, self_destruct_s=2, runner=True)
+                           floors_ms=[0.0], min_limit_s=1.0, self_destruct_s=2)
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "evokernel.harness.worker", "cpu", str(TASK.directory), str(write_end)],
                           input=request.to_json().encode(),

@@ -26,6 +26,9 @@ def test_original_passes_quick_with_baselines():
 @pytest.mark.parametrize("cheat", CUDA_CHEATS, ids=lambda c: c.name)
 def test_planted_cheat_is_rejected(cheat):
     report = check_source(cheat.edit(ORIGINAL), TASK, QUICK)
+    if cheat.may_gain_nothing and report.correct:
+        assert report.geomean_speedup < 1.25, f"{cheat.name} ({cheat.design_item}) gained {report.geomean_speedup}"
+        return
     assert not report.correct, f"{cheat.name} ({cheat.design_item}) passed the gate"
     assert cheat.expected in report.failure, report.failure
 
@@ -34,7 +37,8 @@ def test_illegal_address_is_a_rejection():
     bad = ORIGINAL.replace("if (d < head_dim) o[((long)b", "if (d < head_dim) o[(1L << 40) + ((long)b")
     assert bad != ORIGINAL
     report = check_source(bad, TASK, QUICK)
-    assert not report.correct and report.failure.startswith("illegal memory access in d"), report.failure
+    assert not report.correct and report.failure.startswith("d64-b2-h4-s256: illegal memory access (during"), \
+        report.failure
     assert report.device and "H" in report.device  # the report names the device even for a crash
 
 

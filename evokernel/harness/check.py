@@ -132,7 +132,7 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
         keep_going=options.keep_going, time=options.time_kernels,
         tolerance={"factor": task.tolerance_factor, "floor": task.tolerance_floor},
         floors_ms=[task.roofline_floor_ms(s) for s in scenarios], min_limit_s=profile.min_step_limit_s,
-        confirm_above=options.confirm_above, runner=profile.runner,
+        confirm_above=options.confirm_above,
     )
     reference_key = (str(task.directory), options.scenario_set, str(reference),
                      os.environ.get("CUDA_VISIBLE_DEVICES", ""))
@@ -140,7 +140,7 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     outcome = run_worker(request, kernels, options.timeout_s, options.memory_limit_bytes(),
                          profile.start_limit_s, devices=profile.devices, keep_warm=options.warm_worker,
                          task_dir=task.directory, slot=slot,
-                         runner=build_runner(cache_home()) if request.runner else None)
+                         runner=build_runner(cache_home(), cuda=profile.cuda_runner))
     report.check_seconds = round(time.perf_counter() - started, 3)
     judge(report, outcome, task, scenarios, request)
     medians = [s.original_time_ms for s in report.scenarios]

@@ -3,7 +3,7 @@ back (`MESSAGE_FIELDS`), and how timed calls are numbered by phase. The parent (
 `judge`) and the worker both speak it; neither needs the other's module, and the judge never imports the
 code that starts kernels.
 
-Trust: the worker never loads candidate code (a CPU task's kernels run in `runner` processes; see
+Trust: the worker never loads candidate code (every built kernel runs in a `runner` process; see
 `runner.py`), and the parent still re-checks what it can of the worker's report (`judge`).
 """
 
@@ -47,7 +47,6 @@ class CheckRequest:
     min_limit_s: float = 10.0  # the least time a step may take before the worker is killed
     reference_ms: list[float] | None = None  # reused speed-reference medians: screen the candidate alone
     confirm_above: float | None = None
-    runner: bool = False  # kernels run in runner processes (the worker's clock is the figure), not in the worker
     library: str = ""  # where the built kernels are (set by the supervisor)
     self_destruct_s: float = 3600.0
 

@@ -11,6 +11,12 @@
 // Before the kernel is loaded a seccomp filter refuses what no kernel needs (debugging other processes,
 // reading or writing their memory, new processes, sockets, namespaces, io_uring) and writable executable
 // memory; once it is loaded a second filter refuses new executable memory and opening files.
+//
+// Built with -DEVK_CUDA (runner.py's build_runner) it runs CUDA kernels: it initialises the CUDA runtime
+// before the first filter (the runtime's initialisation makes sockets, which the filter refuses), calls the
+// entry with a stream of its own and waits for the whole device context before it replies. The tensors
+// stay in the worker's device memory: the worker hands over an IPC handle per call's allocation (COMMAND_OPEN)
+// and writes each parameter struct with the pointers this process mapped.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,9 +34,12 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#ifdef EVK_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #define MAX_CALLS 256  // protocol.MAX_BATCH
-enum { COMMAND_CALL = 0, COMMAND_LOAD = 1, COMMAND_TOUCH = 3 };  // runner.py's COMMAND_*
+enum { COMMAND_CALL = 0, COMMAND_LOAD = 1, COMMAND_OPEN = 2, COMMAND_TOUCH = 3, COMMAND_NULL = 4, COMMAND_CLOSE = 5 };
 
 // The first page of the arena; runner.py mirrors this layout (MAILBOX_FIELDS).
 struct mailbox {
@@ -44,10 +53,18 @@ struct mailbox {
   uint64_t offsets[MAX_CALLS];  // arena offset of each call's parameter struct
   char path[512];             // the library to load
   char symbol[128];           // its entry point
-  char error[256];            // why a load failed
+  char error[256];            // why a load, an open or a call failed
+  unsigned char handle[64];   // COMMAND_OPEN: a CUDA IPC handle of the worker's
+  uint64_t opened;            // where this process mapped it (COMMAND_CLOSE: the mapping to close)
 };
 
+#ifdef EVK_CUDA
+typedef int (*entry_fn)(const void *, cudaStream_t);
+#define ENTRY(params) entry(params, stream)
+#else
 typedef int (*entry_fn)(const void *);
+#define ENTRY(params) entry(params)
+#endif
 
 #if defined(__x86_64__)
 #define ARCH AUDIT_ARCH_X86_64
@@ -203,6 +220,18 @@ int main(int argc, char **argv) {
   close(fd);
   struct mailbox *box = (struct mailbox *)arena;
   box->base = (uint64_t)(uintptr_t)arena;
+#ifdef EVK_CUDA
+  cudaStream_t stream;  // the device context first: before the filter, and before any kernel is loaded
+  void *scratch;        // what an empty request's one small device operation writes
+  cudaError_t ready = cudaSetDevice(0);
+  if (ready == cudaSuccess) ready = cudaFree(0);
+  if (ready == cudaSuccess) ready = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (ready == cudaSuccess) ready = cudaMalloc(&scratch, 256);
+  if (ready != cudaSuccess) {
+    fprintf(stderr, "evk-runner: CUDA: %s\n", cudaGetErrorString(ready));
+    return 73;
+  }
+#endif
   cpu_set_t anywhere;  // the CPUs this process may use: the worker wakes it on its own, and it spreads again
   CPU_ZERO(&anywhere);
   sched_getaffinity(0, sizeof anywhere, &anywhere);
@@ -233,12 +262,32 @@ int main(int argc, char **argv) {
         volatile char *p = arena + at;
         *p = *p;
       }
+#ifdef EVK_CUDA
+    } else if (box->command == COMMAND_OPEN) {
+      void *mapped = NULL;
+      cudaIpcMemHandle_t handle;
+      memcpy(&handle, box->handle, sizeof handle);
+      const cudaError_t opened = cudaIpcOpenMemHandle(&mapped, handle, cudaIpcMemLazyEnablePeerAccess);
+      box->opened = (uint64_t)(uintptr_t)mapped;
+      box->status = opened;
+      if (opened != cudaSuccess) snprintf(box->error, sizeof box->error, "%s", cudaGetErrorString(opened));
+    } else if (box->command == COMMAND_CLOSE) {  // the worker is done with that allocation
+      box->status = cudaIpcCloseMemHandle((void *)(uintptr_t)box->opened);
+    } else if (box->command == COMMAND_NULL) {  // the round trip of a request with one small device operation
+      cudaMemsetAsync(scratch, 0, 4, stream);
+      box->status = cudaStreamSynchronize(stream);
+#endif
     } else if (entry) {
       const uint32_t count = box->count < MAX_CALLS ? box->count : MAX_CALLS;
       for (uint32_t i = 0; i < count; ++i) {
         const uint64_t offset = box->offsets[i];
-        box->rc[i] = offset < bytes ? entry(arena + offset) : -1;
+        box->rc[i] = offset < bytes ? ENTRY(arena + offset) : -1;
       }
+#ifdef EVK_CUDA
+      const cudaError_t done = cudaDeviceSynchronize();  // every stream of this context, not only its own
+      box->status = done;
+      if (done != cudaSuccess) snprintf(box->error, sizeof box->error, "%s", cudaGetErrorString(done));
+#endif
     }
     __atomic_store_n(&box->reply, served, __ATOMIC_RELEASE);
     raise(SIGSTOP);  // the reply: the worker waits for this process to stop

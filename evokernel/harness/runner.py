@@ -1,5 +1,7 @@
 """The trusted side of a kernel runner: the native program `runner.c` loads one kernel library in a process
 of its own, and this module, in the worker that never loads candidate code, owns its buffers and its clock.
+(A CUDA runner's tensors stay in the worker's device memory and its arena holds only the parameter structs:
+see `backends/cuda.py`.)
 
 Per call: while the runner is stopped (SIGSTOP) the worker copies the call's inputs, poisoned outputs and
 guard bands into a fresh slot of the shared arena and writes the request; it reads its clock and continues
@@ -27,6 +29,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -34,20 +37,23 @@ import numpy as np
 
 from evokernel.errors import BadInput
 from evokernel.harness.backends import Inputs, parameter_struct
+from evokernel.harness.languages import cuda_library_dirs
 from evokernel.harness.protocol import MAX_BATCH, Rejected
 
 BINARY_NAME = "evk-runner"
-COMMAND_CALL, COMMAND_LOAD, COMMAND_TOUCH = 0, 1, 3
+COMMAND_CALL, COMMAND_LOAD, COMMAND_OPEN, COMMAND_TOUCH, COMMAND_NULL, COMMAND_CLOSE = 0, 1, 2, 3, 4, 5
 # runner.c's `struct mailbox`: field -> (byte offset, numpy dtype, count)
 MAILBOX = {"request": (0, np.uint64, 1), "reply": (8, np.uint64, 1), "base": (16, np.uint64, 1),
            "command": (24, np.uint32, 1), "count": (28, np.uint32, 1), "status": (32, np.int32, 1),
-           "rc": (36, np.int32, MAX_BATCH), "offsets": (1064, np.uint64, MAX_BATCH)}
+           "rc": (36, np.int32, MAX_BATCH), "offsets": (1064, np.uint64, MAX_BATCH),
+           "handle": (4008, np.uint8, 64), "opened": (4072, np.uint64, 1)}
 PATH_FIELD, SYMBOL_FIELD, ERROR_FIELD = (3112, 512), (3624, 128), (3752, 256)
 MAILBOX_BYTES = 4096
 ALIGN = 4096  # every buffer of a call starts on its own page
 SLOTS = 2  # requests alternate between this many sets of slots: each call's buffers are at new addresses
 
 
+@lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
@@ -59,11 +65,24 @@ def refuse_inspection() -> None:
     _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-def build_runner(cache: Path, compiler: str | None = None) -> Path:
-    """The runner for this machine, built once from `runner.c` (cached by the source's hash and compiler)."""
+def _cuda_flags() -> list[str]:
+    """Compile and link flags of the CUDA runner: the toolkit's headers and shared runtime (the one the
+    kernels link), found from where `nvcc` is."""
+    libraries = cuda_library_dirs()
+    if not libraries:
+        raise BadInput("no CUDA toolkit (nvcc) to build the CUDA kernel runner")
+    include = Path(libraries[0]).parent / "include"
+    return ["-DEVK_CUDA", "-I", str(include), *(f"-L{d}" for d in libraries),
+            *(f"-Wl,-rpath,{d}" for d in libraries), "-lcudart"]
+
+
+def build_runner(cache: Path, compiler: str | None = None, cuda: bool = False) -> Path:
+    """The runner for this machine, built once from `runner.c` (cached by the source's hash, compiler and
+    kind): with `cuda`, the one that runs CUDA kernels."""
     source = resources.files("evokernel.harness").joinpath("runner.c").read_bytes()
     compiler = compiler or os.environ.get("CC") or "cc"
-    digest = hashlib.sha256(source + compiler.encode()).hexdigest()[:16]
+    flags = _cuda_flags() if cuda else []
+    digest = hashlib.sha256(source + compiler.encode() + " ".join(flags).encode()).hexdigest()[:16]
     binary = cache / "runner" / digest / BINARY_NAME
     if binary.is_file():
         return binary
@@ -72,8 +91,8 @@ def build_runner(cache: Path, compiler: str | None = None) -> Path:
     binary.parent.mkdir(parents=True, exist_ok=True)
     (binary.parent / "runner.c").write_bytes(source)
     partial = binary.with_suffix(f".tmp{os.getpid()}")
-    proc = subprocess.run([compiler, "-O2", "-std=gnu11", "-o", str(partial), str(binary.parent / "runner.c"), "-ldl"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run([compiler, "-O2", "-std=gnu11", "-o", str(partial), str(binary.parent / "runner.c"),
+                           *flags, "-ldl"], capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or ["no output"])[0]
         raise BadInput(f"the kernel runner does not build with {compiler}: {first}")
@@ -95,10 +114,13 @@ def _exit_text(status: int) -> str:
 
 
 class Runner:
-    """One runner process and its arena; calls go through `call`."""
+    """One runner process and its arena; calls go through `call` (the worker's host buffers, copied in) or
+    `call_structs` (parameter structs as they are: a CUDA runner's pointers into device memory it opened).
+    The process starts at once and is waited for at its first request (a CUDA runner's start-up, 0.1-0.2 s,
+    overlaps whatever the worker does meanwhile)."""
 
-    def __init__(self, binary: Path, arena_bytes: int, cpu: int | None = None) -> None:
-        self.arena_bytes, self.cpu = MAILBOX_BYTES + arena_bytes, cpu
+    def __init__(self, binary: Path, arena_bytes: int, cpu: int | None = None, cuda: bool = False) -> None:
+        self.arena_bytes, self.cpu, self.cuda = MAILBOX_BYTES + arena_bytes, cpu, cuda
         fd = os.memfd_create("evk-arena", 0)  # inherited by the runner, nobody else's
         try:
             os.ftruncate(fd, self.arena_bytes)
@@ -108,11 +130,15 @@ class Runner:
             os.close(fd)
         self.fields = {name: np.frombuffer(self.arena, dtype, count, offset)
                        for name, (offset, dtype, count) in MAILBOX.items()}
-        self.sequence, self.alive = 0, True
-        self._await_stop("as it started")
-        self.base = int(self.fields["base"][0])  # written before the runner stopped itself: still trusted
+        self.sequence, self.alive, self.started = 0, True, False
+        self.base = 0
         self.next_slot = 0
         self.mapped_to = MAILBOX_BYTES  # the runner has touched the arena up to here (page faults are not timed)
+
+    def _start(self) -> None:
+        self._await_stop("as it started")
+        self.base = int(self.fields["base"][0])  # written before the runner stopped itself: still trusted
+        self.started = True
 
     # -- the process -----------------------------------------------------------------------------
     def _await_stop(self, context: str | None = None) -> None:
@@ -121,25 +147,35 @@ class Runner:
             self.alive = False
             raise RunnerGone(_exit_text(status) + (f" ({context})" if context else ""))
 
-    def _serve(self, command: int, count: int = 0) -> float:
+    def _serve(self, command: int, count: int = 0, after: Callable[[], None] | None = None) -> float:
         """One request: the runner is continued and its stop awaited. Returns the seconds from continuing it to
-        the stop being reported. The reply's sequence number must then be the request's."""
+        the stop being reported, or to the end of `after` (run once the runner has stopped: the worker's own
+        read of what the request should have left behind). The reply's sequence number must then be the
+        request's."""
+        if not self.alive:
+            raise RunnerGone("the kernel runner has ended")
+        if not self.started:
+            self._start()
         self.sequence += 1
         self.fields["command"][0], self.fields["count"][0] = command, count
         self.fields["request"][0] = self.sequence
-        if self.cpu is not None:  # continued on the worker's own CPU, which is busy and warm; it spreads again
-            os.sched_setaffinity(self.pid, {self.cpu})
+        # continued on the worker's CPU (its own, or where it runs now), which is busy and warm: the worker only
+        # waits from here on; the runner spreads again first thing
+        os.sched_setaffinity(self.pid, {self.cpu if self.cpu is not None else _libc().sched_getcpu()})
         started = time.perf_counter()
         os.kill(self.pid, signal.SIGCONT)
         self._await_stop()
+        if after is not None:
+            after()
         seconds = time.perf_counter() - started
         if int(self.fields["reply"][0]) != self.sequence:
             raise Rejected("the kernel runner stopped without replying to its request (or replied out of order)")
         return seconds
 
-    def ping(self) -> float:
-        """The seconds of an empty request (the round trip)."""
-        return self._serve(COMMAND_CALL, 0)
+    def ping(self, after: Callable[[], None] | None = None) -> float:
+        """The seconds of an empty request (the round trip); a CUDA runner's does one small device operation
+        and waits for it, as a call's request waits for its kernel."""
+        return self._serve(COMMAND_NULL if self.cuda else COMMAND_CALL, 0, after)
 
     def load(self, library: Path, symbol: str) -> None:
         for (offset, size), text in ((PATH_FIELD, str(library)), (SYMBOL_FIELD, symbol)):
@@ -147,11 +183,28 @@ class Runner:
             self.arena[offset:offset + size] = data + bytes(size - len(data))
         self._serve(COMMAND_LOAD)
         if int(self.fields["status"][0]) != 0:
-            offset, size = ERROR_FIELD
-            error = bytes(self.arena[offset:offset + size]).split(b"\0")[0].decode(errors="replace")
-            raise RunnerGone(f"the kernel runner could not load {library.name}: {error}")
+            raise RunnerGone(f"the kernel runner could not load {library.name}: {self._error()}")
 
-    def close(self) -> None:
+    def _error(self) -> str:
+        offset, size = ERROR_FIELD
+        return bytes(self.arena[offset:offset + size]).split(b"\0")[0].decode(errors="replace")
+
+    def open(self, handle: bytes) -> int:
+        """Map the worker's device allocation named by a CUDA IPC handle; returns its address in the runner (only
+        the runner's own kernel uses it: a wrong one only hurts that kernel)."""
+        self.fields["handle"][:] = np.frombuffer(handle, np.uint8)
+        self._serve(COMMAND_OPEN)
+        if int(self.fields["status"][0]) != 0:
+            raise RunnerGone(f"the kernel runner could not open the call's device memory: {self._error()}")
+        return int(self.fields["opened"][0])
+
+    def unmap(self, address: int) -> None:
+        """Close a mapping `open` made (before its allocation's address can come back in a new allocation)."""
+        self.fields["opened"][0] = address
+        self._serve(COMMAND_CLOSE)
+
+    def stop(self) -> None:
+        """End the process (the arena stays mapped here until this object goes)."""
         if self.alive:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -159,7 +212,6 @@ class Runner:
             except (ProcessLookupError, ChildProcessError):
                 pass
             self.alive = False
-        self.arena.close()
 
     # -- calls -----------------------------------------------------------------------------------
     def _place(self, requests: list[Inputs], guard_elements: int) -> list[dict[str, int]]:
@@ -212,3 +264,28 @@ class Runner:
                 buffer[...] = kept
                 kept.fill(np.nan)  # a kernel that kept a pointer reads NaN from now on
         return [int(rc) for rc in self.fields["rc"][:len(requests)]], seconds
+
+    def call_structs(self, structs: list[ctypes.Structure], before: Callable[[], None] | None = None,
+                     after: Callable[[], None] | None = None) -> tuple[list[int], float]:
+        """Call the loaded kernel once on each parameter struct (written as they are into the next slot) in one
+        request; returns the return codes and the request's seconds by the worker's clock, from continuing the
+        runner to the end of `after`. A CUDA runner waits for its whole device context before it replies and
+        says whether the device failed (a fault: it cannot be called again)."""
+        if not 1 <= len(structs) <= MAX_BATCH:
+            raise ValueError(f"a request holds 1 to {MAX_BATCH} calls")
+        size = -(-max(ctypes.sizeof(struct) for struct in structs) // 64) * 64
+        if size * len(structs) * SLOTS > self.arena_bytes - MAILBOX_BYTES:
+            raise Rejected("a request's parameter structs do not fit the kernel runner's arena")
+        start = MAILBOX_BYTES + (self.next_slot % SLOTS) * size * len(structs)
+        self.next_slot += 1
+        for position, struct in enumerate(structs):
+            at = start + position * size
+            self.arena[at:at + ctypes.sizeof(struct)] = bytes(struct)
+            self.fields["offsets"][position] = at
+        if before is not None:
+            before()
+        seconds = self._serve(COMMAND_CALL, len(structs), after)
+        if self.cuda and int(self.fields["status"][0]) != 0:
+            self.stop()
+            raise RunnerGone(f"the kernel failed on the device: {self._error()}")
+        return [int(rc) for rc in self.fields["rc"][:len(structs)]], seconds

@@ -2,11 +2,9 @@
 
 Started by `supervisor.run_worker` inside the sandbox (how it starts: `worker_start`): the request arrives on
 stdin; every step, verdict and timed call goes to the parent as one JSON line on the harness channel as it
-happens. A CPU task's kernels run in runner processes (`runner.py`) and this process never loads candidate
-code; a CUDA task's candidate is still loaded here, so the parent does not take this process's word for
-anything it can check itself: it recomputes sampled outputs from the seeds, derives the times from the
-individual calls, and holds them against its own clock (see `judge.py`). Nothing is written to or read from
-the scratch directory.
+happens. Every built kernel runs in a runner process (`runner.py`) and this process never loads candidate
+code; the parent still re-checks what it can (sampled outputs recomputed from the seeds, times derived from
+the individual calls; see `judge.py`). Nothing is written to or read from the scratch directory.
 
 Timing protocol: before every timed call, new input values (the scenario's inputs rolled along their
 axes by offsets never used before in this scenario) and NaN-poisoned outputs; after it, the guard
@@ -254,10 +252,6 @@ class Worker:
                         raise Rejected(f"{exc} (timed call {number + 1} of {self.scenario_name})") from None
                 if name == "candidate":
                     candidate_ms.append(ms)
-        self.step(f"stream audit of {self.scenario_name}")
-        audit = backend.audit(self.candidate, inputs)
-        if audit:
-            raise Rejected(audit)
         for buffers in (base, *requests):
             backend.release(buffers)
         return net_ms(candidate_ms, overhead_ms, batch)
@@ -312,8 +306,11 @@ class Worker:
         self.channel.send("done", seconds={name: round(value, 3) for name, value in self.seconds.items()})
 
     def reason(self, exc: Rejected) -> str:
-        """A rejection's text; where the runner died, with the step it died in."""
-        return f"{exc} during {self.current_step}" if isinstance(exc, RunnerGone) else str(exc)
+        """A rejection's text; where the runner died, with the step it died in (a device fault as the device
+        said it)."""
+        if isinstance(exc, RunnerGone):  # (the parent names the scenario)
+            return device_failure(str(exc), "", self.current_step) or f"{exc} during {self.current_step}"
+        return str(exc)
 
     def time_all(self, scenarios: list, bounds: dict[int, dict[str, float]]) -> None:
         """Every scenario interleaved with the speed reference (and a kernel below the roofline again)."""
@@ -347,15 +344,20 @@ class Worker:
         return must_confirm(medians, self.request)
 
 
-def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str:
-    """One line for a runtime failure: "illegal memory access in d128-... (during timing of ...)"."""
-    text = str(exc)
+def device_failure(text: str, scenario: str, step: str | None) -> str | None:
+    """One line for a fault the device reported: "illegal memory access in d128-... (during timing of ...)"."""
     where = f" (during {step})" if step else ""
     for needle, words in CUDA_FAILURES:
         if needle in text.lower():
             return f"{words} in {scenario}{where}" if scenario else f"{words}{where}"
+    return None
+
+
+def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str:
+    """One line for a runtime failure: a device fault as `device_failure` says it, else the exception's."""
+    text = str(exc)
     first = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
-    return f"{type(exc).__name__}: {first}{where}"
+    return device_failure(text, scenario, step) or f"{type(exc).__name__}: {first}" + (f" (during {step})" if step else "")
 
 
 def main() -> None:

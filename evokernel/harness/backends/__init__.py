@@ -1,4 +1,4 @@
-"""Backends: how built kernels are loaded, fed, called, timed and audited on one kind of device.
+"""Backends: how built kernels are loaded, fed, called and timed on one kind of device.
 
 A backend knows devices, not problems: the task says which tensors and scalars a kernel takes
 (`Task.arguments`), and the backend allocates them (each between guard bands of canary values that a
@@ -7,7 +7,7 @@ any of them), poisons the outputs, passes everything in one struct to the entry 
 call. Each backend module defines a class `Backend` with the methods the worker calls:
 `device_name`, `load`, `make_inputs`, `like`, `roll_inputs`, `gather`, `guards_intact`, `snapshot`,
 `unchanged`, `poison_outputs`, `run`, `batch_size`, `time_calls`, `overhead_ms`, `count_nonfinite`, `max_abs_diff`,
-`relative_error`, `audit`, `release`. A new device kind is one new file.
+`relative_error`, `release`. A new device kind is one new file.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from evokernel.harness.languages import Language
 from evokernel.harness.task import Scalar, Tensor
 
 GUARD_ELEMENTS = 4096  # canary elements before and after every tensor (8-16 KiB: beyond small overruns)
@@ -28,14 +26,14 @@ SCALAR_CTYPES = {"int": ctypes.c_int, "int64": ctypes.c_int64, "float": ctypes.c
 
 @dataclass
 class Inputs:
-    """One call's arguments on the device: the tensors (views inside guarded buffers) by name, the buffers
-    themselves, and the struct the entry point receives (pointers fixed for the life of the buffers)."""
+    """One call's arguments on the device: the tensors (views inside guarded buffers) by name and the buffers
+    themselves (a runner's parameter struct points into its own mapping of them)."""
 
     scenario: Any
     arguments: list[Tensor | Scalar]
     arrays: dict[str, Any]
     guarded: dict[str, Any]
-    struct: ctypes.Structure | None = None
+    memory: Any = None  # the allocation holding the buffers, where a runner maps it (CUDA)
     prepared: dict[str, Any] = field(default_factory=dict)  # what library baselines made of these inputs
 
     @property
@@ -65,19 +63,3 @@ def parameter_struct(arguments: list[Tensor | Scalar], pointer_of) -> ctypes.Str
     fields = tuple((a.name, None if isinstance(a, Tensor) else a.ctype) for a in arguments)
     values = [pointer_of(a.name) if isinstance(a, Tensor) else a.value for a in arguments]
     return _struct_type(fields)(*values)
-
-
-class Entry:
-    """A built kernel's entry point: `entry(inputs, stream)` calls it with the inputs' struct (and, where the
-    language takes one, the harness's stream handle)."""
-
-    def __init__(self, path: Path, symbol: str, language: Language) -> None:
-        library = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)  # a private handle per path
-        self.function = getattr(library, symbol)
-        self.function.argtypes = [ctypes.c_void_p, ctypes.c_void_p] if language.stream_argument else [ctypes.c_void_p]
-        self.function.restype = ctypes.c_int
-        self.stream_argument = language.stream_argument
-
-    def __call__(self, inputs: Inputs, stream: int | None = None) -> int:
-        pointer = ctypes.addressof(inputs.struct)
-        return self.function(pointer, stream) if self.stream_argument else self.function(pointer)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, parameter_struct
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs
 from evokernel.harness.protocol import MAX_BATCH
 from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
@@ -83,18 +83,14 @@ class Backend:
                 view[...] = values.numpy_draw(index, values.tensor_seed(seed, position), distribution)
                 position += 1
             arrays[tensor.name], guarded[tensor.name] = view, buffer
-        inputs = Inputs(scenario, arguments, arrays, guarded)
-        inputs.struct = parameter_struct(arguments, lambda name: arrays[name].ctypes.data)
-        return inputs
+        return Inputs(scenario, arguments, arrays, guarded)
 
     def like(self, inputs: Inputs) -> Inputs:
         """New buffers for the same call (their values are set before use: rolled inputs, poisoned outputs)."""
         guarded = {name: buffer.copy() for name, buffer in inputs.guarded.items()}
         arrays = {name: guarded[name][GUARD_ELEMENTS:GUARD_ELEMENTS + array.size].reshape(array.shape)
                   for name, array in inputs.arrays.items()}
-        like = Inputs(inputs.scenario, inputs.arguments, arrays, guarded)
-        like.struct = parameter_struct(inputs.arguments, lambda name: arrays[name].ctypes.data)
-        return like
+        return Inputs(inputs.scenario, inputs.arguments, arrays, guarded)
 
     def roll_inputs(self, inputs: Inputs, base: Inputs, offsets: tuple[int, ...]) -> None:
         """New input values for a timed call: `base` rolled along each input's axis (outside the timed region)."""
@@ -168,9 +164,6 @@ class Backend:
 
     def size(self, x: np.ndarray) -> int:
         return math.prod(x.shape)
-
-    def audit(self, fn, inputs: Inputs) -> str | None:
-        return None  # the static guard refuses threads that outlive the call
 
     def release(self, inputs: Inputs) -> None:
         for buffer in inputs.guarded.values():

@@ -1,27 +1,158 @@
-"""CUDA backend: torch buffers on the harness's own stream, CUDA-event timing with an L2 flush before
-every launch, a graph-capture audit for work done off the harness stream."""
+"""CUDA backend: the worker's device buffers, each call's in an allocation of its own; every built kernel runs in
+a runner process of its own (`runner.py`, built with CUDA) that maps the call's allocation through a CUDA IPC
+handle, and is timed by the worker's clock; library baselines run in the worker, timed by CUDA events.
+
+A runner's request (after the worker's L2 flush) lasts from continuing it to the end of the worker's own read
+of sampled output elements: a runner that replies before its kernel has finished is still timed until the
+worker sees outputs, and outputs still poisoned when it replied reject it. Its time is net of the same request
+to a clean runner (CUDA initialised, no kernel), whose one small device operation pays the same switch of the
+GPU from the worker's context to a runner's.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
-import time
+import random
+import weakref
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Entry, Inputs, parameter_struct
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, parameter_struct
+from evokernel.harness.protocol import MAX_BATCH, Rejected
+from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
 
 FLUSH_BYTES = 256 << 20
 # A device-side spin queued before the start event (as nvbench's blocking kernel does) so that the host
-# has launched the timed call before the device reaches it: host-side call overhead (a ctypes call, a
-# Python SDPA dispatch, slower on a host that sat idle behind a long kernel) is then not timed. The
-# spin doubles whenever the device got there first, and that sample is taken again.
+# has launched the timed call before the device reaches it: host-side call overhead (a Python SDPA
+# dispatch, slower on a host that sat idle behind a long kernel) is then not timed. The spin doubles
+# whenever the device got there first, and that sample is taken again.
 LAUNCH_SLACK_CYCLES = 100_000  # about 50 us
 MAX_LAUNCH_SLACK_CYCLES = 1 << 25
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ALLOCATION_ALIGN = 256  # bytes, each tensor's start in its call's allocation
+STRUCT_ARENA_BYTES = 64 << 10  # a CUDA runner's arena holds parameter structs only
+SAMPLED_AFTER_REPLY = 1024  # output elements the worker reads before its clock stops
+TARGET_REQUEST_MS = 2.0  # a timed request holds enough calls to last about this long
+
+
+class DeviceMemory:
+    """One call's buffers in an allocation of its own, outside torch's pool: a runner given its IPC handle maps
+    this allocation and nothing else of the worker's. Freed when no tensor over it is left."""
+
+    serials = itertools.count()
+
+    def __init__(self, driver: ctypes.CDLL, nbytes: int) -> None:
+        pointer = ctypes.c_uint64()
+        status = driver.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(nbytes))
+        if status != 0:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory (cuMemAlloc of {nbytes} bytes: {status})")
+        self.driver, self.pointer, self.nbytes = driver, pointer.value, nbytes
+        self.serial = next(self.serials)
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.pointer, False),
+                                         "version": 3, "strides": None}
+        weakref.finalize(self, driver.cuMemFree_v2, ctypes.c_uint64(self.pointer))
+        self.handle_bytes: bytes | None = None
+
+    def handle(self) -> bytes:
+        """Its CUDA IPC handle (64 bytes)."""
+        if self.handle_bytes is None:
+            handle = (ctypes.c_ubyte * 64)()
+            status = self.driver.cuIpcGetMemHandle(handle, ctypes.c_uint64(self.pointer))
+            if status != 0:
+                raise RuntimeError(f"cuIpcGetMemHandle failed ({status})")
+            self.handle_bytes = bytes(handle)
+        return self.handle_bytes
+
+    def tensors(self, sizes: list[tuple[int, torch.dtype]]) -> list[torch.Tensor]:
+        """Flat tensors of these lengths and types, one after another (each aligned)."""
+        whole = torch.as_tensor(self, device="cuda")  # keeps this object, and so the allocation, alive
+        out, at = [], 0
+        for length, dtype in sizes:
+            nbytes = length * torch.empty((), dtype=dtype).element_size()
+            out.append(whole[at:at + nbytes].view(dtype))
+            at += -(-nbytes // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
+        return out
+
+    @staticmethod
+    def bytes_for(sizes: list[tuple[int, torch.dtype]]) -> int:
+        return sum(-(-length * torch.empty((), dtype=dtype).element_size() // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
+                   for length, dtype in sizes)
+
+
+class SampledRead:
+    """The worker's read of random output elements after a runner has stopped (positions drawn before the
+    request): the clock stops when it has completed, and elements still NaN mean the runner replied before its
+    kernel had written them. It reads two of the arrays: the request's last (the last work queued) and one drawn
+    at random, so that it costs the same whatever the request holds (the clean runner's request ends with the
+    same read, and the difference is taken off)."""
+
+    def __init__(self, arrays: list[torch.Tensor], positions: torch.Generator) -> None:
+        drawn = random.SystemRandom().randrange(len(arrays))
+        self.parts = []
+        for array in (arrays[-1], arrays[drawn]):
+            count = min(SAMPLED_AFTER_REPLY // 2, array.numel())
+            index = torch.randint(array.numel(), (count,), device=array.device, generator=positions)
+            host = torch.empty(count, dtype=array.dtype, pin_memory=True)
+            self.parts.append((array.reshape(-1), index, host))
+
+    def __call__(self) -> None:
+        for flat, index, host in self.parts:
+            host.copy_(flat.index_select(0, index), non_blocking=True)
+        torch.cuda.current_stream().synchronize()
+
+    def poisoned(self) -> int:
+        return sum(int(torch.isnan(host.float()).sum()) for _, _, host in self.parts)
+
+
+class RunnerKernel:
+    """A built kernel loaded by a CUDA runner beside the worker: called on the worker's device buffers (the
+    runner maps each call's allocation once), timed by the worker's clock. The runner starts at once and loads
+    the kernel at its first call, so that runners' CUDA start-ups overlap."""
+
+    def __init__(self, path: Path, symbol: str, binary: Path, positions: torch.Generator) -> None:
+        self.path, self.symbol, self.positions = Path(path), symbol, positions
+        self.runner = Runner(binary, STRUCT_ARENA_BYTES, cuda=True)
+        self.loaded = False
+        self.mapped: dict[int, tuple[int, weakref.ref]] = {}  # DeviceMemory serial -> its address in the runner
+
+    def _map(self, memory: DeviceMemory) -> int:
+        """The allocation's address in the runner, mapped on first use; mappings of allocations the worker has
+        freed are closed first (a new allocation may reuse the address, and the runtime refuses to map it twice)."""
+        for serial, (address, alive) in list(self.mapped.items()):
+            if alive() is None:
+                self.runner.unmap(address)
+                del self.mapped[serial]
+        if memory.serial not in self.mapped:
+            self.mapped[memory.serial] = (self.runner.open(memory.handle()), weakref.ref(memory))
+        return self.mapped[memory.serial][0]
+
+    def _struct(self, inputs: Inputs) -> ctypes.Structure:
+        if not self.loaded:
+            self.runner.load(self.path, self.symbol)
+            self.loaded = True
+        memory: DeviceMemory = inputs.memory
+        base = self._map(memory)
+        return parameter_struct(inputs.arguments, lambda name: base + inputs.arrays[name].data_ptr() - memory.pointer)
+
+    def __call__(self, inputs: Inputs) -> int:
+        # the worker's writes (inputs, poisoned outputs) are queued on its own stream: done before the runner runs
+        return self.runner.call_structs([self._struct(inputs)], before=torch.cuda.synchronize)[0][0]
+
+    def timed_ms(self, requests: list[Inputs], flush) -> float:
+        """Each call's share of one request holding a call on each of `requests` (its round trip included)."""
+        structs = [self._struct(inputs) for inputs in requests]
+        read = SampledRead([inputs.arrays[name] for inputs in requests for name in inputs.output_names], self.positions)
+        seconds = self.runner.call_structs(structs, before=flush, after=read)[1]
+        if read.poisoned():
+            raise Rejected(f"its runner replied to a timed call before the kernel had written its outputs "
+                           f"({read.poisoned()} of the elements read right after the reply were still poisoned)")
+        return seconds * 1e3 / len(requests)
 
 
 class Backend:
@@ -31,6 +162,10 @@ class Backend:
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
         self.driver = ctypes.CDLL("libcuda.so.1")
         self.slack_cycles = LAUNCH_SLACK_CYCLES
+        self.empty_runner: Runner | None = None  # loads no kernel: its requests' round trip is taken off
+        self.positions = torch.Generator(device="cuda")  # of sampled reads: no runner can know its seed
+        self.positions.manual_seed(random.SystemRandom().getrandbits(63))
+        self.null_read = SampledRead([self.flush[:1 << 20]], self.positions)
 
     def device_name(self) -> str:
         """Model, the GPU's index on its host and the start of its UUID (results name the GPU that measured
@@ -48,39 +183,45 @@ class Backend:
                                             smem_bytes and f"{smem_bytes // 1024} KiB shared memory per SM") if part)
         return f"{torch.cuda.get_device_name()} ({where})"
 
-    def load(self, path, symbol: str, language):
-        entry = Entry(path, symbol, language)
-        return lambda inputs: entry(inputs, torch.cuda.current_stream().cuda_stream)
+    def load(self, path, symbol: str, language) -> RunnerKernel:
+        binary = Path(path).parent / BINARY_NAME
+        if self.empty_runner is None:
+            self.empty_runner = Runner(binary, 0, cuda=True)
+        return RunnerKernel(path, symbol, binary, self.positions)
+
+    def _allocate(self, arguments: list, dtype: torch.dtype) -> tuple[DeviceMemory, dict, dict]:
+        """Guarded buffers (and the views of their tensors) for one call, in an allocation of its own."""
+        tensors = [a for a in arguments if isinstance(a, Tensor)]
+        sizes = [(t.size + 2 * GUARD_ELEMENTS, dtype) for t in tensors]
+        memory = DeviceMemory(self.driver, DeviceMemory.bytes_for(sizes))
+        guarded = dict(zip((t.name for t in tensors), memory.tensors(sizes)))
+        arrays = {t.name: guarded[t.name][GUARD_ELEMENTS:GUARD_ELEMENTS + t.size].view(t.shape) for t in tensors}
+        return memory, arrays, guarded
 
     def make_inputs(self, arguments: list, scenario, seed: int, distribution: str, dtype: str) -> Inputs:
-        arrays, guarded = {}, {}
+        memory, arrays, guarded = self._allocate(arguments, DTYPES[dtype])
         position = 0
         for tensor in (a for a in arguments if isinstance(a, Tensor)):
-            size = tensor.size
-            buffer = torch.full((size + 2 * GUARD_ELEMENTS,), CANARY, dtype=DTYPES[dtype], device="cuda")
-            view = buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + size].view(tensor.shape)
+            guarded[tensor.name].fill_(CANARY)
+            view = arrays[tensor.name]
             if tensor.output:
                 view.fill_(float("nan"))
             else:
-                index = torch.arange(size, dtype=torch.int64, device="cuda")
+                index = torch.arange(tensor.size, dtype=torch.int64, device="cuda")
                 drawn = values.draw(index, values.tensor_seed(seed, position), distribution,
                                     lambda x: x.to(torch.float32))
                 view.copy_(drawn.view(tensor.shape))  # rounds to the dtype (nearest even), as the parent does
                 position += 1
                 del index, drawn
-            arrays[tensor.name], guarded[tensor.name] = view, buffer
-        inputs = Inputs(scenario, arguments, arrays, guarded)
-        inputs.struct = parameter_struct(arguments, lambda name: arrays[name].data_ptr())
-        return inputs
+        return Inputs(scenario, arguments, arrays, guarded, memory=memory)
 
     def like(self, inputs: Inputs) -> Inputs:
         """New buffers for the same call (their values are set before use: rolled inputs, poisoned outputs)."""
-        guarded = {name: buffer.clone() for name, buffer in inputs.guarded.items()}
-        arrays = {name: guarded[name][GUARD_ELEMENTS:GUARD_ELEMENTS + array.numel()].view(array.shape)
-                  for name, array in inputs.arrays.items()}
-        like = Inputs(inputs.scenario, inputs.arguments, arrays, guarded)
-        like.struct = parameter_struct(inputs.arguments, lambda name: arrays[name].data_ptr())
-        return like
+        dtype = next(iter(inputs.guarded.values())).dtype
+        memory, arrays, guarded = self._allocate(inputs.arguments, dtype)
+        for name, buffer in inputs.guarded.items():
+            guarded[name].copy_(buffer)
+        return Inputs(inputs.scenario, inputs.arguments, arrays, guarded, memory=memory)
 
     def roll_inputs(self, inputs: Inputs, base: Inputs, offsets: tuple[int, ...]) -> None:
         """New input values for a timed call: `base` rolled along each input's axis (outside the timed region)."""
@@ -117,14 +258,28 @@ class Backend:
         return rc, {name: inputs.arrays[name].to(torch.float32, copy=True) for name in inputs.output_names}
 
     def batch_size(self, call_ms: float) -> int:
-        return 1  # events on the harness's stream time each call alone
+        """Calls per timed request for a kernel of about `call_ms` (a request's round trip, about 0.2 ms and
+        noisy, is measured in every round and taken off: a short kernel's request holds many calls)."""
+        return max(1, min(MAX_BATCH, round(TARGET_REQUEST_MS / max(call_ms, 1e-3))))
+
+    def _flushed(self) -> None:
+        self.flush.zero_()  # evict the inputs from L2
+        torch.cuda.synchronize()
 
     def overhead_ms(self) -> float | None:
-        return None  # event times hold no round trip
+        """The round trip of a clean runner's request in the conditions of a timed one: after the flush, with one
+        small device operation, to the end of the same read of sampled elements."""
+        if self.empty_runner is None:
+            return None
+        self._flushed()
+        return self.empty_runner.ping(after=self.null_read) * 1e3
 
     def time_calls(self, fn, requests: list[Inputs]) -> float:
-        (inputs,) = requests
-        return self.time_call(fn, inputs)
+        """Each call's share of one request holding a call on each of `requests` (a runner's kernel, by this
+        process's clock, round trip included; see `overhead_ms`), or a library baseline's mean event time."""
+        if isinstance(fn, RunnerKernel):
+            return fn.timed_ms(requests, self._flushed)
+        return sum(self.time_call(fn, inputs) for inputs in requests) / len(requests)
 
     def time_call(self, fn, inputs: Inputs) -> float:
         while True:
@@ -153,40 +308,6 @@ class Backend:
 
     def size(self, x: torch.Tensor) -> int:
         return x.numel()
-
-    def audit(self, fn, inputs: Inputs) -> str | None:
-        """Capture one call on the harness stream into a graph: work launched elsewhere leaves it empty."""
-        graph, nodes = ctypes.c_void_p(), ctypes.c_size_t(0)
-        handle = ctypes.c_void_p(self.stream.cuda_stream)
-        torch.cuda.synchronize()
-        if self.driver.cuStreamBeginCapture_v2(handle, 0) != 0:
-            return None  # capture unavailable here: the timing cross-check below still applies
-        rc = fn(inputs)
-        status = self.driver.cuStreamEndCapture(handle, ctypes.byref(graph))
-        torch.cuda.synchronize()
-        if status != 0 or rc != 0:
-            return f"launches work the harness cannot capture on its stream (capture status {status}, return {rc})"
-        self.driver.cuGraphGetNodes(graph, None, ctypes.byref(nodes))
-        self.driver.cuGraphDestroy(graph)
-        if nodes.value == 0:
-            return "launched no work on the harness's stream (side stream or default stream)"
-        return self._wall_clock_audit(fn, inputs)
-
-    def _wall_clock_audit(self, fn, inputs: Inputs) -> str | None:
-        """Event time must account for the device work: the wait for a full device synchronisation after
-        the call has returned (host-side overhead of the call itself excluded) may not exceed it."""
-        event_ms = min(self.time_call(fn, inputs) for _ in range(3))
-        wait_ms = float("inf")
-        for _ in range(3):
-            torch.cuda.synchronize()
-            fn(inputs)
-            returned = time.perf_counter()
-            torch.cuda.synchronize()
-            wait_ms = min(wait_ms, (time.perf_counter() - returned) * 1e3)
-        if wait_ms > 2.0 * event_ms + 0.5:
-            return (f"work outside the harness stream: the device stayed busy {wait_ms:.3f} ms after the call "
-                    f"returned, against {event_ms:.3f} ms on the stream")
-        return None
 
     def release(self, inputs: Inputs) -> None:
         for buffer in inputs.guarded.values():

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The CUDA runner on the H200 (device tool), from a source tree given as $1 (default: the repository root):
+#   bash experiments/trusted_timing/cuda_runner_check.sh [TREE] [STEPS]
+# STEPS (comma-separated, default smoke,tests,fa3): smoke = the original on `quick`; tests = the CUDA
+# harness, isolation, trusted-timing and warm-worker tests; fa3 = the Hopper seed against cuDNN on `fa3`;
+# throughput = benchmarks/search_throughput.py (screened copies, as in attention_hopper/RESULTS.md).
+# Logs under $OUT/<tree name>; the summary is printed last.
+set -u
+TREE=$(readlink -f "${1:-.}")
+STEPS=${2:-smoke,tests,fa3}
+NAME=$(basename "$TREE")
+LOGS="$OUT/$NAME"
+mkdir -p "$LOGS"
+mkdir -p /tmp/site && tar xJf "$TREE/.carry/pydeps.tar.xz" -C /tmp/site 2>/dev/null || tar xJf .carry/pydeps.tar.xz -C /tmp/site
+cd "$TREE"
+export PYTHONPATH=/tmp/site:$TREE LITELLM_LOCAL_MODEL_COST_MAP=True
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 2>&1
+SUMMARY="$LOGS/summary.txt"
+date -u +"start %Y-%m-%d %H:%M:%S UTC ($NAME: $STEPS)" > "$SUMMARY"
+step() { [[ ",$STEPS," == *",$1,"* ]]; }
+SEEDS=evokernel/builtin_tasks/attention_fwd/seeds
+if step smoke; then
+  timeout 150 evokernel check evokernel/builtin_tasks/attention_fwd/original.cu --task attention-fwd --scenarios quick \
+    > "$LOGS/smoke.log" 2>&1
+  echo "smoke rc $?: $(grep -i 'geomean\|rejected\|error' "$LOGS/smoke.log" | head -3 | tr '\n' ' ')" >> "$SUMMARY"
+fi
+if step tests; then
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_trusted_timing.py -k cuda tests/test_harness_cuda.py \
+    tests/test_isolation_cuda.py tests/test_warm_worker.py > "$LOGS/gpu_tests.log" 2>&1
+  echo "gpu tests rc $?: $(tail -1 "$LOGS/gpu_tests.log")" >> "$SUMMARY"
+  grep -E "^(FAILED|ERROR)" "$LOGS/gpu_tests.log" | cut -c1-300 >> "$SUMMARY"
+fi
+if step fa3; then
+  timeout 200 evokernel check $SEEDS/attention_hopper.cu --task attention-fwd --scenarios fa3 --original cudnn \
+    --json "$LOGS/hopper_fa3.json" > "$LOGS/fa3.log" 2>&1
+  echo "fa3 rc $?: $(grep -i 'geomean' "$LOGS/fa3.log" | tail -1)" >> "$SUMMARY"
+fi
+if step throughput; then
+  timeout 150 python3 benchmarks/search_throughput.py --task attention-fwd --seed $SEEDS/attention_fa2.cu \
+    --scenarios fa3-2k --speed-reference cudnn --max-parallel 1 --faster-seed $SEEDS/attention_hopper.cu \
+    --evaluations 10 --slow-evaluations 0 > "$LOGS/throughput.log" 2>&1
+  echo "throughput rc $?" >> "$SUMMARY"
+  grep -A4 "evals/min" "$LOGS/throughput.log" | head -8 >> "$SUMMARY"
+fi
+date -u +"end %Y-%m-%d %H:%M:%S UTC" >> "$SUMMARY"
+cat "$SUMMARY"
