@@ -2,7 +2,8 @@
 
 One module per command group: `check` (check, tasks), `run` (run), `ask` (ask a running search a question), `prompts`
 (prompts, answer: the prompts of the `files` model),
-`inspection` (runs, lineage, show, diff), `exports` (export, report), `bank` (the bank group), `task` (task new); what they share is in `common`.
+`inspection` (runs, lineage, show, diff), `exports` (export, report), `bank` (the bank group), `task` (task new),
+`serve` (the live page); what they share is in `common`.
 Bad input exits with code 2 and a one-line message; a rejected kernel exits with 1.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from evokernel.cli import ask, bank, check, exports, inspection, prompts, run, task
+from evokernel.cli import ask, bank, check, exports, inspection, prompts, run, serve, task
 from evokernel.cli.common import Group
 
 
@@ -22,5 +23,5 @@ def main() -> None:
 
 for command in (check.check, check.tasks, run.run, ask.ask, prompts.prompts, prompts.answer, inspection.runs,
                 inspection.lineage, inspection.show, inspection.diff, exports.export, exports.report, bank.bank,
-                task.task):
+                task.task, serve.serve):
     main.add_command(command)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from evokernel.cli.common import console, fmt, json_flag, open_run
+from evokernel.cli.common import console, json_flag, open_run
 from evokernel.errors import BadInput
 
 
@@ -41,78 +41,33 @@ def ask(run: str, question: str | None, target: str, times: str, layers: tuple[s
 
 
 def _queue(run: str, text: str, target: str, times: str, layers: list[str]) -> None:
-    from evokernel.bank.asked_questions import MAX_TIMES, make_request
-    from evokernel.search.question_queue import describe_target
-    from evokernel.store import inbox
+    from evokernel.steering import queue_question
+    from evokernel.store import resolve_run
 
-    with open_run(run) as lin:
-        if not times.strip().isdigit():
-            raise BadInput(f"--times '{times}': expected a whole number from 1 to {MAX_TIMES}")
-        request = make_request(text, target, int(times), layers)
-        if request.target != "best":
-            kernel = lin.get(int(request.target))
-            if kernel.status != "correct":
-                raise BadInput(f"kernel #{kernel.id} of run {lin.name} is {kernel.status}: ask about a correct "
-                               "kernel (or --target best)")
-        meta = lin.store.meta()
-        run_dir = lin.run_dir
-    try:
-        inbox.post(run_dir, request)
-    except OSError as exc:
-        raise BadInput(f"cannot queue the question in {run_dir / inbox.INBOX_NAME}: {exc.strerror or exc}") from None
-    when = ("the driver asks it at its next free proposal slot" if meta.get("status") == "running"
-            else f"the run is {meta.get('status', 'not running')}: it is asked when the run is resumed "
-                 f"(evokernel run --resume {run_dir})")
-    console.print(f"queued {request.id}: question {request.question_id} about {describe_target(request.target)}, "
-                  f"{request.times} time(s); {when}", soft_wrap=True, highlight=False)
-    if not ((meta.get("config") or {}).get("llm") or {}).get("models"):
-        console.print("note: the run's config names no model: resume it with --model to have the question asked",
-                      soft_wrap=True, highlight=False)
-
-
-def _produced(lin, outcome: dict) -> str:
-    """What one asking produced, in a few words."""
-    if "child" in outcome:
-        child = lin.individuals.get(outcome["child"])
-        if child is None:
-            return f"#{outcome['child']}"
-        if child.status == "correct":
-            gain = lin.gain(child)
-            return f"#{child.id} {fmt(child.fitness)}" + (f" ({100 * (gain - 1):+.1f}%)" if gain else "")
-        return f"#{child.id} {child.status}"
-    if "duplicate_of" in outcome:
-        return f"same as #{outcome['duplicate_of']}"
-    if "prompt" in outcome:
-        return f"prompt {outcome['prompt']} (model files: see evokernel prompts)"
-    return f"failed: {outcome.get('failed', '?')}"
+    receipt = queue_question(resolve_run(run), text, target, times, layers)
+    for line in (receipt.message, *receipt.notes):
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 def _list(run: str, as_json: bool) -> None:
-    from dataclasses import asdict
     from datetime import datetime
 
+    from evokernel.lineage.documents import asked_documents
     from evokernel.output import Column, print_json, print_table
-    from evokernel.store import inbox
 
     with open_run(run) as lin:
-        received = lin.human_questions
-        waiting, _ = inbox.queued(lin.run_dir)
-        ids = {q.id for q in received}
-        entries = [(q, "queued") for _, q in waiting if q.id not in ids]
-        entries += [(q, "answered" if q.asked >= q.times else "received") for q in received]
-        entries.sort(key=lambda entry: (entry[0].asked_at, entry[0].id))
+        entries = asked_documents(lin)
         if as_json:
-            print_json([{**asdict(q), "status": status, "produced": [_produced(lin, o) for o in q.outcomes]}
-                        for q, status in entries])
+            print_json(entries)
             return
         if not entries:
             console.print(f"no question asked by a person in {lin.name} (ask one: evokernel ask RUN \"...?\")",
                           soft_wrap=True, highlight=False)
             return
-        rows = [[q.id, status, datetime.fromtimestamp(q.asked_at).strftime("%Y-%m-%d %H:%M:%S"),
-                 q.asked_by or "-", "best" if q.target == "best" else f"#{q.target}", f"{q.asked}/{q.times}",
-                 "; ".join(_produced(lin, o) for o in q.outcomes) or "-", q.question_id, q.text]
-                for q, status in entries]
+        rows = [[q["id"], q["status"], datetime.fromtimestamp(q["asked_at"]).strftime("%Y-%m-%d %H:%M:%S"),
+                 q["asked_by"] or "-", "best" if q["target"] == "best" else f"#{q['target']}",
+                 f"{len(q['outcomes'])}/{q['times']}", "; ".join(q["produced"]) or "-", q["question_id"], q["text"]]
+                for q in entries]
         print_table(console, [Column("request", no_wrap=True), "status", "asked at", "by", "target",
                               Column("asked", right=True), "produced", "question", "text"], rows,
                     title=f"questions asked by people in {lin.name}")

@@ -47,10 +47,6 @@ def _still_running(run) -> bool:
     return run_status(run.run_dir, run.store.meta().get("status")) == "running"
 
 
-def _ratio(before: float | None, after: float | None) -> float | None:
-    return after / before - 1 if before and after else None
-
-
 def _print_failed_proposals(what: str, counts) -> None:
     """One line: the proposals (of the run, or from a kernel) that made no kernel, by operator and reason."""
     from evokernel.lineage.statistics import describe_proposal_failures
@@ -116,6 +112,7 @@ def lineage(run: str, kernel: int | None, kernel_id: int | None, best: bool, top
     """
     from rich.markup import escape
 
+    from evokernel.lineage.documents import select_trees, step_document, tree_document
     from evokernel.lineage.statistics import proposal_failure_counts
     from evokernel.output import print_json
 
@@ -126,22 +123,9 @@ def lineage(run: str, kernel: int | None, kernel_id: int | None, best: bool, top
         raise BadInput("choose one of ID (or --id), --best, --top")
     with open_run(run) as lin:
         if tree:
-            if kernel_id is not None:
-                roots, keep, stars = [lin.get(kernel_id).id], None, {kernel_id}
-            elif best or top:
-                chosen = lin.top(top) if top else [lin.best()]
-                if not chosen:
-                    raise BadInput(f"run {lin.name} has no correct kernel yet")
-                stars = {t.id for t in chosen}
-                keep = set().union(*(lin.ancestors(t) for t in stars))
-                roots = lin.roots(keep)
-            else:  # the whole run: every kernel without a parent in it, and all of their descendants
-                keep, stars = None, {t.id for t in lin.top(1)}
-                roots = [i for i, ind in lin.individuals.items()
-                         if not any(p in lin.individuals for p in ind.parent_ids)]
-            trees = [lin.descendants(root, keep) for root in roots]
+            trees, stars = select_trees(lin, kernel_id, best, top)
             if as_json:
-                print_json([_tree_json(lin, node, None, stars) for node in trees])
+                print_json([tree_document(lin, node, None, stars) for node in trees])
                 return
             if console.is_terminal:
                 _print_rich_trees(lin, trees, stars)
@@ -154,7 +138,7 @@ def lineage(run: str, kernel: int | None, kernel_id: int | None, best: bool, top
             raise BadInput(f"run {lin.name} has no correct kernel yet")
         if as_json:
             print_json([{"id": t.id, "status": t.status, "fitness": t.fitness, "retime": lin.retime(t.id),
-                         "steps": [_step_json(lin, step) for step in lin.ancestry(t.id)]} for t in targets])
+                         "steps": [step_document(lin, step) for step in lin.ancestry(t.id)]} for t in targets])
             return
         for target in targets:
             steps = lin.ancestry(target.id)
@@ -184,25 +168,6 @@ def lineage(run: str, kernel: int | None, kernel_id: int | None, best: bool, top
                 if ind.status == "rejected":
                     console.print(f"         [red]{escape(lin.failure(ind.id) or '')}[/]", soft_wrap=True)
         _print_failed_proposals(f"in run {lin.name}", proposal_failure_counts(lin.store))
-
-
-def _step_json(lin, step) -> dict:
-    ind, parent = step.individual, step.parent
-    return {"id": ind.id, "operator": ind.operator, "parent": parent.id if parent else None,
-            "other_parents": step.other_parents, "question_id": ind.question_id, "question_text": step.question_text,
-            "asked_by_person": lin.asked_by_person(ind.question_id), "trigger": ind.trigger, "model": ind.model, "status": ind.status, "fitness": ind.fitness,
-            "parent_fitness": parent.fitness if parent else None,
-            "gain": _ratio(parent.fitness if parent else None, ind.fitness if ind.status == "correct" else None),
-            "wins": step.wins, "losses": step.losses, "ties": step.ties, "failure": lin.failure(ind.id)}
-
-
-def _tree_json(lin, node, parent, stars: set[int]) -> dict:
-    ind = node.individual
-    return {"id": ind.id, "operator": ind.operator, "question_id": ind.question_id, "status": ind.status,
-            "fitness": ind.fitness, "parent": parent.id if parent else None,
-            "gain": _ratio(parent.fitness if parent else None, ind.fitness if ind.status == "correct" else None),
-            "failure": lin.failure(ind.id), "best": ind.id in stars, "shown_above": node.repeat,
-            "children": [_tree_json(lin, child, ind, stars) for child in node.children]}
 
 
 def _tree_label(lin, node, parent, stars: set[int]) -> str:
@@ -252,11 +217,6 @@ def _print_deltas(title: str, deltas, before: str, after: str) -> None:
                                     Text(d.verdict, style=colour.get(d.verdict, "dim"))] for d in deltas])
 
 
-def _delta_json(d) -> dict:
-    return {"scenario": d.name, "before": d.before, "after": d.after, "ratio": d.ratio, "noise": d.noise,
-            "verdict": d.verdict}
-
-
 @click.command()
 @click.argument("run")
 @click.argument("kernel_id", metavar="ID", type=int)
@@ -267,33 +227,20 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
     RUN is a run directory, a run id under ./runs, or 'latest'.
     """
     from collections import Counter
-    from dataclasses import asdict
 
     from rich.markup import escape
     from rich.rule import Rule
 
+    from evokernel.lineage.documents import kernel_document
     from evokernel.output import print_json, print_table, scenario_table
 
     with open_run(run) as lin:
         ind = lin.get(kernel_id)
+        if as_json:
+            print_json(kernel_document(lin, ind.id))
+            return
         parents = lin.parents(ind.id)
         failed_proposals = lin.failed_proposals(ind.id)
-        if as_json:
-            print_json({
-                "run": lin.name, "id": ind.id, "operator": ind.operator, "parent_ids": ind.parent_ids,
-                "generation": ind.generation, "model": ind.model, "trigger": ind.trigger,
-                "question_id": ind.question_id, "question_text": lin.question_text(ind.question_id),
-                "asked_by_person": lin.asked_by_person(ind.question_id), "knobs": ind.knobs, "status": ind.status, "fitness": ind.fitness,
-                "gain": _ratio(parents[0].fitness if parents else None,
-                               ind.fitness if ind.status == "correct" else None),
-                "failure": lin.failure(ind.id), "source_file": lin.source_name(ind.id), "source": lin.source(ind.id),
-                "diffs": [{"parent": p.id, "diff": lin.diff(p.id, ind.id)} for p in parents],
-                "scenarios": lin.scenarios(ind.id), "reference_reused": lin.screened(ind.id),
-                "against_parents": [{"parent": p.id, "scenarios": [_delta_json(d) for d in lin.compare(p.id, ind.id)]}
-                                    for p in parents],
-                "build_log": lin.build_log(ind.id), "llm_call": lin.llm_call(ind.id),
-                "failed_proposals": [asdict(f) for f in failed_proposals]})
-            return
         console.print(Rule(f"kernel #{ind.id} of run {escape(lin.name)}"))
         parent_ids = ", ".join(f"#{p}" for p in ind.parent_ids) or "none (seed)"
         console.print(_kernel_label(lin, ind), soft_wrap=True)

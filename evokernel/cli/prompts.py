@@ -7,7 +7,6 @@ and puts the file in RUN/answers/ in one step; the run's driver takes it (a stop
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
@@ -28,18 +27,14 @@ from evokernel.errors import BadInput
 def prompts(run: str, show_all: bool, withdrawn: tuple[str, ...], withdrawn_by: str | None, as_json: bool) -> None:
     """List RUN's prompts that wait for an answer (model `files`): answer one with `evokernel answer`, or by
     writing RUN/answers/ID.md. RUN is a run directory, a run id under ./runs, or 'latest'."""
+    from evokernel.lineage.documents import prompt_documents
     from evokernel.output import Column, print_json, print_table
-    from evokernel.store import prompt_box
 
     if withdrawn:
         _withdraw(run, withdrawn, withdrawn_by)
         return
     with open_run(run) as lin:
-        rows = [p for p in lin.store.prompts() if show_all or p.status == "open"]
-        given = prompt_box.answer_files(lin.run_dir)
-        entries = [{**{k: v for k, v in asdict(p).items() if k != "prompt"},
-                    "status": "answer given, not yet taken" if p.status == "open" and p.id in given else p.status,
-                    "file": str(prompt_box.prompt_path(lin.run_dir, p.id))} for p in rows]
+        entries = prompt_documents(lin, show_all)
         if as_json:
             print_json(entries)
             return
@@ -80,39 +75,16 @@ def _withdraw(run: str, ids: tuple[str, ...], withdrawn_by: str | None) -> None:
 def answer(run: str, prompt_id: str, answer_file: str, answered_by: str | None) -> None:
     """Answer RUN's open prompt PROMPT_ID with ANSWER_FILE ('-': standard input): a full kernel in a fenced block,
     or SEARCH/REPLACE edits of the prompt's kernel, as the prompt's answer format says."""
-    from evokernel.mutations import ProposalFailed
-    from evokernel.mutations.edits import parse_answer
-    from evokernel.store import driver_running, prompt_box
+    from evokernel.steering import answer_prompt
+    from evokernel.store import resolve_run
 
     text = _read_answer(answer_file)
-    with open_run(run) as lin:
-        prompt = lin.store.prompt(prompt_id) if prompt_box.PROMPT_ID.match(prompt_id) else None
-        if prompt is None:
-            raise BadInput(f"{prompt_id} is not a prompt of run {lin.name} (its open prompts: evokernel prompts "
-                           f"{lin.run_dir})")
-        if prompt.status != "open":
-            raise BadInput(f"prompt {prompt_id} of run {lin.name} is {prompt.status} already")
-        if prompt_box.answer_path(lin.run_dir, prompt_id).exists():
-            raise BadInput(f"prompt {prompt_id} already has an answer ({prompt_box.answer_path(lin.run_dir, prompt_id)})")
-        parent = lin.store.individual(prompt.parent_ids[0])
-        try:
-            parse_answer(text, lin.store.source(parent))
-        except ProposalFailed as exc:
-            raise BadInput(f"{answer_file}: {exc} (an answer is a whole kernel in a fenced block, or SEARCH/REPLACE "
-                           "edits of the prompt's kernel; one that changes nothing says so plainly, e.g. 'it cannot be "
-                           "made faster')") from None
-        run_dir = lin.run_dir
-    try:
-        path = prompt_box.write_answer(run_dir, prompt_id, text, answered_by)
-    except OSError as exc:
-        raise BadInput(f"cannot write the answer in {run_dir / prompt_box.ANSWERS_DIR}: {exc.strerror or exc}") from None
-    when = ("the driver takes it within seconds" if driver_running(run_dir)
-            else f"the run is not running: it is taken at evokernel run --resume {run_dir}")
-    console.print(f"answer to {prompt_id} written to {path}; {when}", soft_wrap=True, highlight=False)
+    receipt = answer_prompt(resolve_run(run), prompt_id, text, answered_by, source=answer_file)
+    console.print(receipt.message, soft_wrap=True, highlight=False)
 
 
 def _read_answer(answer_file: str) -> str:
-    """The answer's text; BadInput when the file is missing, not UTF-8 or empty."""
+    """The answer's text; BadInput when the file is missing or not UTF-8."""
     try:
         data = sys.stdin.buffer.read() if answer_file == "-" else Path(answer_file).read_bytes()
     except OSError as exc:
@@ -121,6 +93,4 @@ def _read_answer(answer_file: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"{answer_file}: not UTF-8 text (byte {exc.start})") from None
-    if not text.strip():
-        raise BadInput(f"{answer_file}: the answer is empty")
     return text

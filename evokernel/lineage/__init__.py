@@ -3,7 +3,8 @@
 Everything here only reads, so it works on a run that is still being written and on a run copied
 to another machine. Modules: `view` (`Lineage`: kernels, sources, parents, ancestries, trees; `Step`,
 `TreeNode`), `compare` (per-scenario verdicts, `ScenarioDelta`, the re-timing of the best kernel),
-`statistics` (questions, failures, cost, progress, run summaries, `find_runs`), `export` (tables).
+`statistics` (questions, failures, cost, progress, run summaries, `find_runs`), `export` (tables), `documents`
+(the JSON of the `--json` commands and of the web page).
 """
 
 from evokernel.lineage.compare import MIN_NOISE, ScenarioDelta, compare_scenarios, describe_retime, retime_record

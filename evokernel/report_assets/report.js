@@ -1,7 +1,9 @@
-// Draws the report's charts from the JSON in #report-data: no libraries, no network.
+// The charts of the report and of the live page (evokernel serve): best over evaluations, lineage graph,
+// per-scenario heatmap, drawn from the report's chart data; no libraries, no network. The static report embeds
+// its data in #report-data and is drawn at once; the live page draws through globalThis.evokernelCharts and
+// sets its `open` to show a kernel that is clicked.
 "use strict";
 (function () {
-  const data = JSON.parse(document.getElementById("report-data").textContent);
   const NS = "http://www.w3.org/2000/svg";
 
   function el(tag, attrs, parent, text) {
@@ -40,8 +42,10 @@
     history.replaceState(null, "", "#k-" + id);
   }
 
+  const charts = { open: openKernel };
+
   function linked(node, id) {
-    node.addEventListener("click", () => openKernel(id));
+    node.addEventListener("click", () => charts.open(id));
     return node;
   }
 
@@ -194,6 +198,11 @@
     });
   }
 
+  Object.assign(charts, { drawProgress, drawLineage, drawHeatmap, fmt });
+  globalThis.evokernelCharts = charts;
+  const embedded = document.getElementById("report-data");
+  if (!embedded) return;
+  const data = JSON.parse(embedded.textContent);
   drawProgress(document.getElementById("progress-chart"), data.progress);
   drawLineage(document.getElementById("lineage-graph"), data.graph, document.getElementById("lineage-legend"));
   drawHeatmap(document.getElementById("heatmap-chart"), data.heatmap);
