@@ -1,19 +1,24 @@
 """Tasks from PyTorch module files (the KernelBench format): `evokernel task new NAME --from-module FILE`
-writes a task whose reference is the module's forward and whose parameters are kernel inputs; a correct C
-kernel passes, wrong ones are rejected, and bad module files are one line with nothing left behind."""
+writes a task whose reference is the module's forward, whose parameters and integer (index) inputs are kernel
+inputs; a correct C kernel passes and wrong ones (wrong weights or indices, skipped rows, a write past the
+output) are rejected on each kind of module; torch.compile is a speed reference that says why it cannot run;
+bad module files are one line with nothing left behind."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from evokernel.cli import main
+from evokernel.errors import BadInput
 from evokernel.store import Store
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 MODULES = Path(__file__).resolve().parent.parent / "examples" / "modules"
 
 SILU_MODULE = '''
@@ -65,7 +70,7 @@ def silu(tmp_path) -> tuple[Path, Path]:
     return tmp_path / "silu.py", tmp_path / "silu.c"
 
 
-def test_an_elementwise_module_becomes_a_task_its_kernel_passes_and_a_skipped_row_does_not(tmp_path, silu):
+def test_an_elementwise_module_becomes_a_task_its_kernel_passes_beside_pytorch_eager(tmp_path, silu):
     result = new_task(tmp_path, "silu", *silu)
     assert result.exit_code == 0, result.output
     task = tmp_path / "silu"
@@ -75,43 +80,107 @@ def test_an_elementwise_module_becomes_a_task_its_kernel_passes_and_a_skipped_ro
     report = check(tmp_path, "silu", None, "--baselines")
     assert report["correct"], report["failure"]
     assert [s["name"] for s in report["scenarios"]] == ["b4", "b16", "b32", "b64"]  # 64 / 16, / 4, / 2, / 1
-    assert all(s["baselines_ms"]["torch"] > 0 for s in report["scenarios"])
-    skipped = SILU_KERNEL.replace("p->x_d0 * p->x_d1 * p->x_d2", "(p->x_d0 - 1) * p->x_d1 * p->x_d2")
-    assert not check(tmp_path, "silu", skipped)["correct"]
+    assert all(s["baselines_ms"]["torch"] > 0 and set(s["baselines_ms"]) == {"torch"} for s in report["scenarios"])
 
 
-def test_a_reduction_module_rejects_a_write_past_its_output(tmp_path):
-    result = new_task(tmp_path, "row-softmax", MODULES / "row_softmax.py", MODULES / "row_softmax.c")
-    assert result.exit_code == 0, result.output
-    assert check(tmp_path, "row-softmax")["correct"]
-    past_the_end = (MODULES / "row_softmax.c").read_text().replace(
-        "  return 0;\n}", "  p->out[rows * columns] = 0.0f;\n  return 0;\n}")
-    report = check(tmp_path, "row-softmax", past_the_end)
-    assert not report["correct"] and "wrote outside its output" in report["failure"], report["failure"]
+def test_weights_and_indices_are_inputs_of_the_header_in_the_struct_s_order(tmp_path):
+    for name in ("linear-bias-gelu", "embedding-gather"):
+        module = MODULES / f"{name.replace('-', '_')}.py"
+        assert new_task(tmp_path, name, module, module.with_suffix(".c")).exit_code == 0
+    weights = (tmp_path / "linear-bias-gelu" / "evk_linear_bias_gelu.h").read_text()
+    assert "const float *x, *linear_weight, *linear_bias;" in weights
+    indices = (tmp_path / "embedding-gather" / "evk_embedding_gather.h").read_text()
+    assert ("  const long long *index;  // read only: indices in [0, 1000)\n"
+            "  const float *position, *table_weight;  // read only\n  float *out;\n") in indices
 
 
-def test_a_module_with_weights_passes_them_as_inputs_and_rejects_a_kernel_that_ignores_one(tmp_path):
-    result = new_task(tmp_path, "linear-bias-gelu", MODULES / "linear_bias_gelu.py", MODULES / "linear_bias_gelu.c")
-    assert result.exit_code == 0, result.output
-    header = (tmp_path / "linear-bias-gelu" / "evk_linear_bias_gelu.h").read_text()
-    assert "const float *x, *linear_weight, *linear_bias;" in header
-    assert check(tmp_path, "linear-bias-gelu")["correct"]
-    no_bias = (MODULES / "linear_bias_gelu.c").read_text().replace("float acc = p->linear_bias[c];", "float acc = 0.0f;")
-    assert not check(tmp_path, "linear-bias-gelu", no_bias)["correct"]
-    transposed = (MODULES / "linear_bias_gelu.c").read_text().replace(
-        "acc += x[k] * w[k];", "acc += x[k] * p->linear_weight[(k % columns) * inner + c % inner];")
-    assert not check(tmp_path, "linear-bias-gelu", transposed)["correct"]
+# Wrong kernels, made from each module's correct one: (task, what is wrong, replaced text, replacement, reason).
+PAST_THE_END = "  p->out[{}] = 0.0f;\n  return 0;\n}}"
+WRONG_KERNELS = [
+    ("silu", "skipped rows", "p->x_d0 * p->x_d1", "(p->x_d0 - 1) * p->x_d1", "unwritten"),
+    ("silu", "a write past the output", "  return 0;\n}", PAST_THE_END.format("n"), "wrote outside its output"),
+    ("row-softmax", "skipped rows", "r < rows;", "r < rows - 1;", "unwritten"),
+    ("row-softmax", "a write past the output", "  return 0;\n}", PAST_THE_END.format("rows * columns"),
+     "wrote outside its output"),
+    ("layernorm", "wrong weights", "p->norm_weight[c] +", "p->norm_weight[0] +", "max error"),
+    ("layernorm", "skipped rows", "r < rows;", "r < rows - 1;", "unwritten"),
+    ("linear-bias-gelu", "wrong weights", "float acc = p->linear_bias[c];", "float acc = 0.0f;", "max error"),
+    ("linear-bias-gelu", "transposed weights", "acc += x[k] * w[k];",
+     "acc += x[k] * p->linear_weight[(k % columns) * inner + c % inner];", "max error"),
+    ("linear-bias-gelu", "a write past the output", "  return 0;\n}", PAST_THE_END.format("rows * columns"),
+     "wrote outside its output"),
+    ("linear-residual-rmsnorm", "skipped rows", "r < rows;", "r < rows - 1;", "unwritten"),
+    ("embedding-gather", "ignored indices", "p->index[t] * dim", "(t % p->table_weight_d0) * dim", "max error"),
+    ("embedding-gather", "indices off by one", "p->index[t] * dim", "((p->index[t] + 1) % p->table_weight_d0) * dim",
+     "max error"),
+    ("embedding-gather", "skipped rows", "t < tokens;", "t < tokens - 1;", "unwritten"),
+    ("embedding-gather", "a write past the output", "  return 0;\n}", PAST_THE_END.format("tokens * dim"),
+     "wrote outside its output"),
+]
 
 
+@pytest.fixture(scope="module")
+def made_task(tmp_path_factory):
+    """`made_task(name)`: the folder holding task `name`, made once from its module file (the elementwise one
+    from SILU_MODULE), and its correct kernel's text."""
+    root = tmp_path_factory.mktemp("made")
+    (root / "silu.py").write_text(SILU_MODULE)
+    (root / "silu.c").write_text(SILU_KERNEL)
+    kernels: dict[str, str] = {}
+
+    def made(name: str) -> tuple[Path, str]:
+        if name not in kernels:
+            module = root / "silu.py" if name == "silu" else MODULES / f"{name.replace('-', '_')}.py"
+            result = new_task(root, name, module, module.with_suffix(".c"))
+            assert result.exit_code == 0, result.output
+            kernels[name] = module.with_suffix(".c").read_text()
+        return root, kernels[name]
+
+    return made
+
+
+@pytest.mark.parametrize("name, what, old, new, reason", WRONG_KERNELS, ids=[f"{c[0]}: {c[1]}" for c in WRONG_KERNELS])
+def test_a_wrong_kernel_is_rejected_with_its_reason(made_task, name, what, old, new, reason):
+    root, kernel = made_task(name)
+    assert old in kernel
+    report = check(root, name, kernel.replace(old, new, 1))
+    assert not report["correct"] and reason in report["failure"], report["failure"]
+
+
+def with_second_input(value: str, module: str = SILU_MODULE) -> str:
+    """SILU_MODULE whose forward takes a second input `k`, `value` in get_inputs()."""
+    return (module.replace("return [torch.randn(64, 3, 50)]", f"return [torch.randn(64, 3, 50), {value}]")
+            .replace("def forward(self, x)", "def forward(self, x, k)"))
+
+
+TABLE_MODULE = with_second_input("torch.arange(3)").replace(
+    "class Model(nn.Module):", "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.table = nn.Embedding(3, 50)\n").replace("return x * torch.sigmoid(x)", "return x + self.table(k)")
 BAD_MODULES = [
-    ("no Model", SILU_MODULE.replace("class Model(", "class Other("), "no Model (a module file defines"),
-    ("a scalar input", SILU_MODULE.replace("return [torch.randn(64, 3, 50)]", "return [torch.randn(64, 3, 50), 2]")
-     .replace("def forward(self, x)", "def forward(self, x, k)"), "get_inputs() item 1 is a int, not a tensor"),
-    ("an index input", SILU_MODULE.replace("return [torch.randn(64, 3, 50)]",
-                                           "return [torch.randn(64, 3, 50), torch.arange(3)]")
-     .replace("def forward(self, x)", "def forward(self, x, index)"), "integer inputs are not supported yet"),
+    *((f"no {name}", SILU_MODULE.replace(f"{name}(", f"other_{name}("), f"no {name} (a module file defines")
+      for name in ("Model", "get_inputs", "get_init_inputs")),
+    ("a scalar input", with_second_input("2"), "get_inputs() item 1 is a int, not a tensor"),
+    ("an int8 input", with_second_input("torch.zeros(3, dtype=torch.int8)"),
+     "input k is a torch.int8 tensor: an index input is int64 or int32"),
+    ("an index input without a range", with_second_input("torch.zeros(3, dtype=torch.long) - 1"),
+     "no range for index input k: declare index_ranges = {'k': HIGH}"),
+    ("a declared range of a float input", SILU_MODULE + "\nindex_ranges = {'x': 4}\n",
+     "index_ranges maps integer inputs of Model.forward to positive ints (integer inputs: none)"),
+    ("a declared range past the table", TABLE_MODULE + "\nindex_ranges = {'k': 4}\n",
+     "the forward fails on its largest indices (k up to 3): IndexError: index out of range"),
     ("a forward without a tensor", SILU_MODULE.replace("return x * torch.sigmoid(x)", "return 3.0"),
      "Model.forward returns float, not a tensor"),
+    ("an integer output", SILU_MODULE.replace("return x * torch.sigmoid(x)", "return (x > 0).long()"),
+     "Model.forward returns a torch.int64 tensor: a task's outputs are floating-point"),
+    ("a forward that changes shape between calls", SILU_MODULE.replace(
+        "return x * torch.sigmoid(x)",
+        "self.calls = getattr(self, 'calls', 0) + 1\n        return x[..., :self.calls]"),
+     "Model.forward's outputs change shape between calls on the same inputs ([(4, 3, 1)] then [(4, 3, 2)])"),
+    ("a forward that needs a GPU", SILU_MODULE.replace("return x * torch.sigmoid(x)", "return x.cuda()"),
+     "Model.forward fails on the inputs' shapes: AssertionError: Torch not compiled with CUDA enabled"),
+    ("a model built on a GPU", SILU_MODULE.replace("def get_init_inputs():\n    return []",
+                                                   "def get_init_inputs():\n    return [torch.ones(1).cuda()]"),
+     "Model(*get_init_inputs()) fails: AssertionError: Torch not compiled with CUDA enabled"),
     ("too large", SILU_MODULE.replace("torch.randn(64, 3, 50)", "torch.empty(1 << 20, 4096)")
      .replace("return [torch.empty", "return [torch.empty"), "MiB a c task holds"),
     ("does not load", SILU_MODULE + "\nraise RuntimeError('broken')\n", "does not load: RuntimeError: broken"),
@@ -131,10 +200,13 @@ def test_a_bad_module_file_is_one_line_and_leaves_nothing_behind(tmp_path, silu,
     (["attention-fwd"], "task name 'attention-fwd' is a built-in task's"),
     (["Bad_Name"], "task name 'Bad_Name': lowercase words joined by hyphens"),
     (["silu", "--dtype", "bfloat16"], "--dtype bfloat16: a c task takes float32"),
+    (["silu", "--language", "cuda", "--dtype", "float64"], "--dtype float64: a cuda task takes float32, bfloat16"),
 ])
 def test_bad_options_are_one_line(tmp_path, silu, args, message):
+    seed = silu[1].with_suffix(".cu" if "cuda" in args else ".c")  # a seed in the language asked for
+    seed.write_text(SILU_KERNEL)
     result = CliRunner().invoke(main, ["task", "new", *args, "--from-module", str(silu[0]), "--seed-kernel",
-                                       str(silu[1]), "-o", str(tmp_path / "out")])
+                                       str(seed), "-o", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(f"error: {message}"), result.output
     assert not (tmp_path / "out").exists()
@@ -242,3 +314,53 @@ def test_timed_calls_never_see_the_same_inputs_twice_even_at_a_small_leading_siz
     assert rolled == [((4, 3, 50), 2)]
     offsets = values.call_offsets(rolled, 7, 30)
     assert len(set(offsets)) == 30
+
+
+def test_an_index_input_s_range_is_declared_or_the_sample_s_and_its_values_stay_in_it(tmp_path):
+    from evokernel.harness import values
+    from evokernel.harness.task import Indices
+    from evokernel.harness.task_from_module import inspect_module
+
+    module = tmp_path / "indexed.py"
+    module.write_text(with_second_input("torch.tensor([0, 5, 2], dtype=torch.int32)"))
+    assert inspect_module(module, "c", "float32").index_inputs == {"k": ("int", 6)}  # the sample's largest + 1
+    module.write_text(with_second_input("torch.tensor([0, 5, 2])") + "\nindex_ranges = {'k': 9}\n")
+    assert inspect_module(module, "c", "float32").index_inputs == {"k": ("int64", 9)}
+    with pytest.raises(BadInput, match="input k holds indices: a cuda task takes floating-point inputs only"):
+        inspect_module(module, "cuda", "bfloat16")
+    drawn = values.numpy_input(Indices(9), np.arange(900).reshape(30, 30), 7, "shifted")
+    assert drawn.dtype == np.int64 and set(np.unique(drawn)) == set(range(9))
+
+
+def compile_unavailable() -> str:
+    """Why torch.compile cannot run on this machine ("" where it can)."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        return "TorchDynamo does not support this Python"
+    return "" if shutil.which("g++") else "no C++ compiler (g++) for Inductor's CPU code"
+
+
+@pytest.mark.skipif(bool(compile_unavailable()), reason=f"torch.compile cannot run here: {compile_unavailable()}")
+def test_torch_compile_is_a_speed_reference_that_says_in_one_line_why_it_cannot_run(tmp_path, silu, monkeypatch):
+    from evokernel.harness import get_task
+    from evokernel.harness.module_task import CompileUnavailable
+
+    assert new_task(tmp_path, "silu", *silu).exit_code == 0
+    task = get_task(tmp_path / "silu")
+    assert task.library_baselines == ("torch",) and "compile" in task.baselines()  # `--baselines` compiles nothing
+    scenario = task.scenarios("quick")[0]
+    arrays = {"x": np.random.default_rng(0).standard_normal((4, 3, 50), dtype=np.float32)}
+    compiled = task.baselines()["compile"]
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("backend='inductor' raised:\nInvalidCxxCompiler: No working C++ compiler found\n...")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "compile", no_compiler)
+        with pytest.raises(CompileUnavailable) as failed:
+            compiled.prepare(arrays, scenario)
+    assert str(failed.value) == ("torch.compile does not run the module here: RuntimeError: InvalidCxxCompiler: "
+                                 "No working C++ compiler found")
+    out = compiled.run(compiled.prepare(arrays, scenario), scenario)
+    assert np.allclose(out.numpy(), task.reference(arrays, scenario, precise=False)["out"], atol=1e-5)

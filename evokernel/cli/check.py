@@ -99,7 +99,7 @@ def tasks(task_dirs: tuple[Path, ...]) -> None:
     found = [get_task(name) for name in task_names()] + [t for d in task_dirs for t in tasks_in(d)]
     for task in found:
         sets = ", ".join(f"{k} ({len(v)})" for k, v in task.scenario_sets.items())
-        baselines = f"\n  library baselines: {', '.join(task.library_baselines)}" if task.library_baselines else ""
+        baselines = f"\n  library baselines: {', '.join(task.baselines())}" if task.baselines() else ""
         console.print(f"[bold]{task.name}[/]: {task.description}\n  directory: {task.directory}\n"
                       f"  language: {task.language}, {task.dtype}; entry point: {task.entry}\n"
                       f"  scenario sets: {sets}, all\n  ABI header: {task.header}\n  original kernel: {task.original}"

@@ -115,7 +115,8 @@ def _regenerated(task: Task, scenario, seed: int, distribution: str, offsets: tu
     """The sampled elements' reference values for the call made from `seed` (rolled by `offsets`), from the
     seed alone: the same inputs the worker drew, without anything the worker reported."""
     rolled = {t.name: (t.shape, t.roll_axis) for t in task.inputs(scenario)}
-    fetch = values.regenerated_fetch(rolled, seed, distribution, task.dtype, offsets)
+    indices = {t.name: t.indices for t in task.inputs(scenario) if t.indices}
+    fetch = values.regenerated_fetch(rolled, seed, distribution, task.dtype, offsets, indices)
     return task.reference_at(scenario, sampled_elements(task, scenario, seed, offsets), fetch)
 
 

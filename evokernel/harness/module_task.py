@@ -1,8 +1,9 @@
 """A task whose problem is a PyTorch module file in the KernelBench format (`Model(nn.Module)` with
 `get_inputs()` and `get_init_inputs()`): the module's forward is the reference, its parameters are inputs of
-the kernel's ABI (fresh random values every check), and PyTorch eager is a speed reference timed beside the
-candidate. `evokernel task new NAME --from-module FILE` writes a task directory whose `task.py` subclasses
-`ModuleTask` with what it read from the module (`evokernel.harness.module_inspection`).
+the kernel's ABI (fresh random values every check), an integer input holds indices drawn in its valid range,
+and PyTorch eager (`torch`) and `torch.compile` (`compile`) are speed references timed beside the candidate.
+`evokernel task new NAME --from-module FILE` writes a task directory whose `task.py` subclasses `ModuleTask`
+with what it read from the module (`evokernel.harness.task_from_module`).
 
 Scenarios scale the leading size that all of `get_inputs()`'s tensors share (a batch, or rows); every other
 size, and every parameter's shape, is the module's own. PyTorch is needed wherever such a task is checked.
@@ -19,9 +20,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from evokernel.errors import BadInput
-from evokernel.harness.task import Baseline, Scalar, Task, Tensor
+from evokernel.harness.task import Baseline, Indices, Scalar, Task, Tensor
 
 MODULE_FILE = "module.py"
+INDEX_TORCH_TYPES = {"int64": "int64", "int": "int32"}  # Indices.ctype -> torch dtype name
+
+
+class CompileUnavailable(RuntimeError):
+    """torch.compile cannot run the module here (no C++ compiler, an unsupported operation): one line, why."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +58,15 @@ def load_module_file(path, module_name: str):
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
-        raise BadInput(f"{path}: does not load: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                       ) from None
+        raise BadInput(f"{path}: does not load: {first_line(exc)}") from None
     return module
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of its text that says something (torch.compile's
+    errors open with "backend='inductor' raised:")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.rstrip().endswith("raised:")]
+    return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
 
 
 def build_model(module, dtype, device: str = "cpu"):
@@ -75,6 +87,7 @@ class ModuleTask(Task):
     input_shapes: ClassVar[dict[str, tuple[int, ...]]]  # forward's arguments, in order, at the module's own sizes
     scaled: ClassVar[bool] = True  # scenarios set the inputs' shared leading size (else the shapes are the module's)
     parameters: ClassVar[dict[str, tuple[str, tuple[int, ...]]]]  # ABI name -> (parameter name, shape)
+    index_inputs: ClassVar[dict[str, tuple[str, int]]] = {}  # integer inputs: name -> (Indices.ctype, high)
     output_shapes: ClassVar[dict[int, dict[str, tuple[int, ...]]]]  # batch -> output name -> shape
     flop_counts: ClassVar[dict[int, float]]  # batch -> floating-point operations of one forward
     scenario_type = ModuleScenario
@@ -86,7 +99,7 @@ class ModuleTask(Task):
 
     # -- the Task interface -------------------------------------------------------------------
     def arguments(self, s: ModuleScenario) -> list[Tensor | Scalar]:
-        tensors = ([_rolled(name, self._input_shape(name, s)) for name in self.input_shapes]
+        tensors = ([_rolled(name, self._input_shape(name, s), self._indices(name)) for name in self.input_shapes]
                    + [_rolled(name, shape) for name, (_, shape) in self.parameters.items()]
                    + [Tensor(name, tuple(shape), output=True) for name, shape in self.output_shapes[s.batch].items()])
         sizes = [Scalar(f"{t.name}_d{axis}", "int64", extent) for t in tensors for axis, extent in enumerate(t.shape)]
@@ -94,9 +107,8 @@ class ModuleTask(Task):
 
     def reference(self, arrays: dict, s: ModuleScenario, precise: bool) -> dict:
         torch = torch_module()
-        values, on_host = _as_tensors(arrays)
-        dtype = torch.float64 if precise else values[self._first_input].dtype
-        values = {name: value.to(dtype) for name, value in values.items()}
+        dtype = torch.float64 if precise else getattr(torch, self.dtype)
+        values, on_host = self._typed(arrays, dtype)
         outputs = self._forward(values, dtype, values[self._first_input].device)
         if on_host:
             return {name: out.double().numpy() for name, out in outputs.items()}
@@ -112,12 +124,27 @@ class ModuleTask(Task):
         return float(self.flop_counts[s.batch])
 
     def baselines(self) -> dict[str, Baseline]:
-        return {"torch": Baseline(self._eager, self._prepare_eager, description="the module's forward in PyTorch eager")}
+        """PyTorch eager, and torch.compile: compiled only where it is timed, once per shape in a worker."""
+        return {"torch": Baseline(self._eager, self._prepare_eager,
+                                  description="the module's forward in PyTorch eager"),
+                "compile": Baseline(self._eager, self._prepare_compiled,
+                                    description="the module's forward under torch.compile (Inductor)")}
+
+    @property
+    def library_baselines(self) -> tuple[str, ...]:
+        """What `check --baselines` times beside the speed reference: eager only. torch.compile is timed where it
+        is named (`--original compile`, a config's `speed_reference`): its first call of a shape compiles, 12 s
+        on a 2-core CPU."""
+        return ("torch",)
 
     # -- the module ---------------------------------------------------------------------------
     @cached_property
     def _models(self) -> dict:
         return {}  # (dtype, device) -> the module built for the references
+
+    @cached_property
+    def _compiled(self) -> dict:
+        return {}  # a module of `_models` -> it under torch.compile
 
     @cached_property
     def module(self):
@@ -126,6 +153,18 @@ class ModuleTask(Task):
     @property
     def _first_input(self) -> str:
         return next(iter(self.input_shapes))
+
+    def _indices(self, name: str) -> Indices | None:
+        return Indices(self.index_inputs[name][1], self.index_inputs[name][0]) if name in self.index_inputs else None
+
+    def _typed(self, arrays: dict, dtype) -> tuple[dict, bool]:
+        """The backend's arrays as torch tensors in `dtype`, an index input's in its integer type; and whether
+        they came as numpy arrays."""
+        torch = torch_module()
+        values, on_host = _as_tensors(arrays)
+        return {name: value.to(getattr(torch, INDEX_TORCH_TYPES[self.index_inputs[name][0]])
+                               if name in self.index_inputs else dtype)
+                for name, value in values.items()}, on_host
 
     def _input_shape(self, name: str, s: ModuleScenario) -> tuple[int, ...]:
         return (s.batch, *self.input_shapes[name][1:]) if self.scaled else self.input_shapes[name]
@@ -154,9 +193,26 @@ class ModuleTask(Task):
 
     def _prepare_eager(self, arrays: dict, s: ModuleScenario) -> tuple:
         """The module loaded with these parameters (its outputs are timed, never checked), and its inputs."""
-        values, _ = _as_tensors(arrays)
-        first = values[self._first_input]
-        return self._loaded_model(values, first.dtype, first.device), [values[name] for name in self.input_shapes]
+        dtype = getattr(torch_module(), self.dtype)
+        values, _ = self._typed(arrays, dtype)
+        model = self._loaded_model(values, dtype, values[self._first_input].device)
+        return model, [values[name] for name in self.input_shapes]
+
+    def _prepare_compiled(self, arrays: dict, s: ModuleScenario) -> tuple:
+        """As `_prepare_eager`, with the module under torch.compile, called once here so that compiling (seconds
+        a shape) is never timed; Dynamo keeps one graph per shape. CompileUnavailable says why it cannot run."""
+        torch = torch_module()
+        model, inputs = self._prepare_eager(arrays, s)
+        try:
+            import torch._inductor.config as inductor
+
+            if model not in self._compiled:
+                self._compiled[model] = torch.compile(model, dynamic=False)
+            with inductor.patch(compile_threads=1):  # a pool of compilers took 28 s to its 12 s on one small module
+                self._eager((self._compiled[model], inputs), s)
+        except Exception as exc:
+            raise CompileUnavailable(f"torch.compile does not run the module here: {first_line(exc)}") from None
+        return self._compiled[model], inputs
 
     @staticmethod
     def _eager(prepared: tuple, s: ModuleScenario) -> Any:
@@ -166,10 +222,11 @@ class ModuleTask(Task):
             return model(*inputs)
 
 
-def _rolled(name: str, shape: tuple[int, ...]) -> Tensor:
+def _rolled(name: str, shape: tuple[int, ...], indices: Indices | None = None) -> Tensor:
     """An input rolled along its longest axis between timed calls: a leading size of 4 gave only 4 distinct inputs
-    in 30 calls (a kernel that kept its outputs by input would have seen most of them again), 50 columns gave 30."""
-    return Tensor(name, tuple(shape), roll_axis=max(range(len(shape)), key=lambda axis: shape[axis]))
+    in 30 calls (a kernel that kept its outputs by input would have seen most of them again), 50 columns gave 30.
+    A roll moves an index input's values without changing any, so each stays in its range."""
+    return Tensor(name, tuple(shape), roll_axis=max(range(len(shape)), key=lambda axis: shape[axis]), indices=indices)
 
 
 def _as_tensors(arrays: dict) -> tuple[dict, bool]:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from evokernel.errors import BadInput
-from evokernel.harness.backends import Inputs, parameter_struct
+from evokernel.harness.backends import Inputs, parameter_struct, poison
 from evokernel.harness.languages import cuda_library_dirs
 from evokernel.harness.protocol import MAX_BATCH, Rejected
 
@@ -262,7 +262,7 @@ class Runner:
             for name, buffer in inputs.guarded.items():
                 kept = self._view(buffer, offsets[name])
                 buffer[...] = kept
-                kept.fill(np.nan)  # a kernel that kept a pointer reads NaN from now on
+                kept.fill(poison(kept))  # a kernel that kept a pointer reads NaN (or -1) from now on
         return [int(rc) for rc in self.fields["rc"][:len(requests)]], seconds
 
     def call_structs(self, structs: list[ctypes.Structure], before: Callable[[], None] | None = None,

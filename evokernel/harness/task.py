@@ -25,25 +25,41 @@ import numpy as np
 # the same rounding when it regenerates them).
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SCALAR_TYPES = ("int", "int64", "float", "double")
+INDEX_TYPES = {"int64": 8, "int": 4}  # element types of an index tensor (as SCALAR_TYPES spells them): bytes
 SAMPLED_ELEMENTS = 16  # elements per output that `Task.sample` picks by default
 # Speed references that are kernels the harness built (and may write outputs); any other is a library baseline.
 BUILT_SPEED_REFERENCES = ("original", "file")
 
 
 @dataclass(frozen=True)
+class Indices:
+    """What an integer input holds: indices drawn uniformly in [0, high), of `ctype` (INDEX_TYPES), so that
+    every value is valid wherever the task's reference uses it (a row of a table, a position)."""
+
+    high: int
+    ctype: str = "int64"
+
+
+@dataclass(frozen=True)
 class Tensor:
-    """One array argument. Inputs are drawn from seeded values; outputs are poisoned with NaN before every
-    call and must be written in full. Before each timed call the inputs are rolled along `roll_axis` by
-    offsets no call has used, so that no call sees inputs an earlier call saw."""
+    """One array argument. Inputs are drawn from seeded values (floats of the task's dtype, or `indices`);
+    outputs are poisoned with NaN before every call and must be written in full. Before each timed call the
+    inputs are rolled along `roll_axis` by offsets no call has used, so that no call sees inputs an earlier
+    call saw (a roll only moves values, so indices stay valid)."""
 
     name: str
     shape: tuple[int, ...]
     output: bool = False
     roll_axis: int = 0
+    indices: Indices | None = None
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    def element_size(self, dtype: str) -> int:
+        """Bytes per element in a task whose dtype is `dtype`."""
+        return INDEX_TYPES[self.indices.ctype] if self.indices else DTYPES[dtype]
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,7 @@ class Task:
     # -- what the task may override -----------------------------------------------------------
     def min_bytes(self, scenario) -> float:
         """Bytes a kernel must move at least: every tensor once."""
-        return float(sum(a.size for a in self.tensors(scenario)) * self.element_size)
+        return float(sum(t.size * t.element_size(self.dtype) for t in self.tensors(scenario)))
 
     def sample(self, scenario, rng: random.Random) -> dict[str, np.ndarray]:
         """Flat indices of the output elements checked on every timed call (a task whose elements are cheap
@@ -139,10 +155,6 @@ class Task:
     @property
     def original(self) -> Path:
         return self.directory / self.original_file
-
-    @property
-    def element_size(self) -> int:
-        return DTYPES[self.dtype]
 
     @property
     def backend(self) -> str:

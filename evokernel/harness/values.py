@@ -5,19 +5,25 @@ sampled outputs itself, without trusting anything the worker (which runs candida
 Every operation below is exact in integer arithmetic or a single IEEE-rounded float32 operation, so
 numpy arrays and torch tensors (CPU or CUDA) give the same numbers. Values are uniform with unit
 variance ("normal") or scaled by 2 and shifted by 0.5 ("shifted": large logits exercise the softmax's
-maximum subtraction).
+maximum subtraction). An index input (`Tensor.indices`) holds integers uniform in [0, high) instead, the
+same in every distribution.
 """
 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from evokernel.harness.task import Indices, Tensor
 
 MASK31 = (1 << 31) - 1
 SQRT12 = np.float32(3.4641016)
 TWO_TO_MINUS_24 = np.float32(1.0 / (1 << 24))
 DISTRIBUTIONS = ("normal", "shifted")
+INDEX_NUMPY_TYPES = {"int64": np.int64, "int": np.int32}  # by Indices.ctype
 
 
 def mix(*parts: int) -> int:
@@ -53,6 +59,25 @@ def draw(index, seed: int, distribution: str, to_float32):
 
 def numpy_draw(index: np.ndarray, seed: int, distribution: str) -> np.ndarray:
     return draw(index.astype(np.int64), seed, distribution, lambda x: x.astype(np.float32))
+
+
+def draw_indices(index, seed: int, high: int):
+    """Integers uniform in [0, high) for int64 `index` (numpy array or torch tensor; exact in both). The hash
+    has 31 bits, so for any table a task holds the modulo's bias is below 2**-11."""
+    return _hash(index, seed) % high
+
+
+def numpy_type(tensor: Tensor, float_type) -> type:
+    """The numpy element type of `tensor`'s buffer: its index type, else the task's `float_type`."""
+    return INDEX_NUMPY_TYPES[tensor.indices.ctype] if tensor.indices else float_type
+
+
+def numpy_input(indices: Indices | None, index: np.ndarray, seed: int, distribution: str) -> np.ndarray:
+    """The values an input holds at int64 `index`: `indices` where it is an index input (`Tensor.indices`),
+    else float32 draws."""
+    if indices:
+        return draw_indices(index.astype(np.int64), seed, indices.high)
+    return numpy_draw(index, seed, distribution)
 
 
 def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
@@ -102,15 +127,17 @@ def rolled_source(shape: tuple[int, ...], axis: int, roll: int, flat: np.ndarray
 
 
 def regenerated_fetch(shapes: dict[str, tuple[tuple[int, ...], int]], seed: int, distribution: str, dtype: str,
-                      offsets: tuple[int, ...]):
-    """`fetch(name, flat)`: the values input `name` held at flat indices `flat` in the call made from `seed`
-    (rolled by `offsets`), recomputed from the seed alone, as float64."""
+                      offsets: tuple[int, ...], indices: dict[str, Indices] | None = None):
+    """`fetch(name, flat)`: the values input `name` (shape, roll axis; `indices` where it is an index input) held
+    at flat indices `flat` in the call made from `seed` (rolled by `offsets`), recomputed from the seed alone,
+    as float64."""
     positions = {name: position for position, name in enumerate(shapes)}
+    indices = indices or {}
 
     def fetch(name: str, flat) -> np.ndarray:
         shape, axis = shapes[name]
         source = rolled_source(shape, axis, offsets[positions[name]], np.asarray(flat, dtype=np.int64))
-        drawn = numpy_draw(source, tensor_seed(seed, positions[name]), distribution)
-        return round_to(dtype, drawn).astype(np.float64)
+        drawn = numpy_input(indices.get(name), source, tensor_seed(seed, positions[name]), distribution)
+        return (drawn if name in indices else round_to(dtype, drawn)).astype(np.float64)
 
     return fetch

@@ -63,3 +63,9 @@ def parameter_struct(arguments: list[Tensor | Scalar], pointer_of) -> ctypes.Str
     fields = tuple((a.name, None if isinstance(a, Tensor) else a.ctype) for a in arguments)
     values = [pointer_of(a.name) if isinstance(a, Tensor) else a.value for a in arguments]
     return _struct_type(fields)(*values)
+
+
+def poison(buffer) -> float:
+    """What a released buffer is filled with, so that a kernel that kept a pointer reads no stale answer: NaN,
+    or -1 in an index input's buffer."""
+    return float("nan") if buffer.dtype.kind == "f" else -1

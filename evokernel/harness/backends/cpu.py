@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, poison
 from evokernel.harness.protocol import MAX_BATCH
 from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
@@ -74,13 +74,13 @@ class Backend:
         position = 0
         for tensor in (a for a in arguments if isinstance(a, Tensor)):
             size = tensor.size
-            buffer = np.full(size + 2 * GUARD_ELEMENTS, CANARY, dtype=DTYPES[dtype])
+            buffer = np.full(size + 2 * GUARD_ELEMENTS, CANARY, dtype=values.numpy_type(tensor, DTYPES[dtype]))
             view = buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + size].reshape(tensor.shape)
             if tensor.output:
                 view.fill(np.nan)
             else:
                 index = np.arange(size, dtype=np.int64).reshape(tensor.shape)
-                view[...] = values.numpy_draw(index, values.tensor_seed(seed, position), distribution)
+                view[...] = values.numpy_input(tensor.indices, index, values.tensor_seed(seed, position), distribution)
                 position += 1
             arrays[tensor.name], guarded[tensor.name] = view, buffer
         return Inputs(scenario, arguments, arrays, guarded)
@@ -104,7 +104,8 @@ class Backend:
     def guards_intact(self, inputs: Inputs) -> str | None:
         """Name of the first tensor whose guard bands changed (a write out of bounds), else None."""
         for name, buffer in inputs.guarded.items():
-            if not (np.all(buffer[:GUARD_ELEMENTS] == CANARY) and np.all(buffer[-GUARD_ELEMENTS:] == CANARY)):
+            canary = buffer.dtype.type(CANARY)  # 1234 in an index input's buffer
+            if not (np.all(buffer[:GUARD_ELEMENTS] == canary) and np.all(buffer[-GUARD_ELEMENTS:] == canary)):
                 return name
         return None
 
@@ -167,4 +168,4 @@ class Backend:
 
     def release(self, inputs: Inputs) -> None:
         for buffer in inputs.guarded.values():
-            buffer.fill(np.nan)  # a kernel that kept a pointer reads NaN from now on
+            buffer.fill(poison(buffer))  # a kernel that kept a pointer reads NaN (or -1) from now on
