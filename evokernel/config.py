@@ -181,7 +181,8 @@ class RunConfig(Strict):
     name: str = "run"
     task: str = Field(description="a built-in task's name, or a task directory (relative to the config file)")
     scenarios: str = "quick"
-    speed_reference: str = "original"
+    speed_reference: str | None = Field(None, description="'original', a library baseline of the task or a kernel "
+                                        "file (default: the original; a task without one: its first baseline)")
     seeds: list[Path] = Field(default_factory=list, description="seed kernels (default: the task's original)")
     population_size: int = Field(8, ge=2, le=100_000)
     offspring_per_step: int = Field(1, ge=1, le=100, description="children proposed per finished evaluation")
@@ -277,10 +278,12 @@ def parse_config(data: dict, source: str, base_dir: Path | None = None, resumed:
 
 def _speed_reference(config: RunConfig, source: str, base_dir: Path | None) -> str:
     """'original', a library baseline of the task, or a kernel file (relative to the config's folder, as the
-    seeds; the harness builds it in every evaluation): BadInput naming the field otherwise, before a run starts."""
+    seeds; the harness builds it in every evaluation), the task's default where none is given: BadInput naming
+    the field otherwise, before a run starts."""
     from evokernel.harness import SpeedReference, get_task
 
-    return str(SpeedReference.parse(config.speed_reference, get_task(config.task),
+    task = get_task(config.task)
+    return str(SpeedReference.parse(config.speed_reference or task.default_speed_reference, task,
                                     where=f"{source}: field 'speed_reference'", base_dir=base_dir))
 
 

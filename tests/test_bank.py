@@ -108,7 +108,7 @@ def test_cli_add_list_lint_round_trip(tmp_path):
     assert listed.exit_code == 0 and "epilogue-cost" in listed.output and "barrier-waits" in listed.output
     assert "clock-cycles-or-wall-time" not in listed.output  # not a stagnation question
     linted = runner.invoke(main, ["bank", "lint", "--bank", str(bank_dir)])
-    assert linted.exit_code == 0 and "54 questions, no problems" in linted.output
+    assert linted.exit_code == 0 and "55 questions, no problems" in linted.output
     again = runner.invoke(main, ["bank", "add", "--bank", str(bank_dir), "--text", text, "--id", "other-id"])
     assert again.exit_code == 2 and "duplicates question 'epilogue-cost'" in again.output
 

@@ -45,7 +45,7 @@ def test_default_config_without_gpu_is_the_cpu_task():
     ({"task": "attention-fwd-cpu", "random_seed": -1}, "random_seed"),
     ({"task": "attention-fwd-cpu", "random_seed": 2**64}, "random_seed"),
     ({"task": "attention-fwd-cpu", "operators": {"knob-mutaton": 1}}, "operators': unknown operator 'knob-mutaton' "
-                                                                       "(known: knob-crossover, knob-mutation,"),
+                                                                       "(known: first-kernel, knob-crossover, knob-mutation,"),
     ({"task": "attention-fwd-cpu", "resources": {"evaluator": "replay"}}, "resources': evaluator 'replay' needs"),
     ({"task": "attention-fwd-cpu", "resources": {"evaluator": "ray", "replay_evaluations": "."}}, "resources'"),
     ({"task": "attention-fwd-cpu", "resources": {"evaluator": "threads"}}, "resources.evaluator"),

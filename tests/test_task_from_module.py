@@ -262,7 +262,8 @@ def test_a_model_without_a_correct_kernel_leaves_nothing(tmp_path, silu):
 
 
 @pytest.mark.parametrize("args, message", [
-    ([], "error: give the first kernel: --seed-kernel FILE (yours) or --model MODEL (a model writes it)"),
+    (["--seed-kernel", "x.c", "--model", "openai/fake"],
+     "error: give one first kernel: --seed-kernel FILE (yours) or --model MODEL (a model writes it)"),
     (["--model", "files"], "error: --model files: its answers come within a run; give --seed-kernel FILE"),
 ])
 def test_the_first_kernel_must_come_from_somewhere_that_can_give_it_now(tmp_path, silu, args, message):

@@ -25,8 +25,11 @@ class QuestionPolicy:
         self.prior = prior or {}
         self.device = device  # "gpu" or "cpu": questions tagged for other devices are never asked
 
-    def candidates(self, trigger: str) -> list[Question]:
-        """Questions allowed under `trigger` that apply to the device; the default ones when none is."""
+    def candidates(self, trigger: str, layer: str | None = None) -> list[Question]:
+        """Questions allowed under `trigger` that apply to the device; the default ones when none is. With
+        `layer`, only that layer's questions under `trigger` (no others stand in: they ask something else)."""
+        if layer is not None:
+            return [q for q in self.bank.for_trigger(trigger, self.device) if layer in q.layers]
         return (self.bank.for_trigger(trigger, self.device) or self.bank.for_trigger("default", self.device)
                 or [q for q in self.bank if q.applies_to(self.device)])
 
@@ -40,11 +43,12 @@ class QuestionPolicy:
             beliefs[question_id] = (wins, asked - wins)
         return beliefs
 
-    def choose(self, trigger: str, rng: random.Random, store=None) -> Question:
-        """Draw a success rate for each allowed question and ask the one with the highest draw."""
+    def choose(self, trigger: str, rng: random.Random, store=None, layer: str | None = None) -> Question | None:
+        """Draw a success rate for each allowed question and ask the one with the highest draw (None: with
+        `layer`, the bank has no question of it)."""
         beliefs = self.beliefs(store)
         best, best_draw = None, -1.0
-        for question in self.candidates(trigger):
+        for question in self.candidates(trigger, layer):
             wins, losses = beliefs.get(question.id, (0, 0))
             draw = rng.betavariate(1 + wins, 1 + losses)
             if draw > best_draw:

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evokernel.errors import BadInput, read_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
-TRIGGERS = ("default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover")
-LAYERS = ("memory", "compute", "pipeline", "scheduling", "numerics", "measurement", "correctness")
+TRIGGERS = ("default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover", "first-kernel")
+# `reference`: writing a task's first kernel from its reference (the `first-kernel` operator asks these)
+LAYERS = ("memory", "compute", "pipeline", "scheduling", "numerics", "measurement", "correctness", "reference")
 DEVICES = ("gpu", "cpu")
 Device = Literal["gpu", "cpu"]
 MAX_FILE_BYTES = 1 << 20  # a question file is a few kilobytes; anything near this is not a question bank
@@ -30,7 +31,7 @@ MAX_FILE_BYTES = 1 << 20  # a question file is a few kilobytes; anything near th
 def error_message(error: dict) -> str:
     """A pydantic error's message without pydantic's "Value error, " prefix."""
     return str(error["msg"]).removeprefix("Value error, ")
-Trigger = Literal["default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover"]
+Trigger = Literal["default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover", "first-kernel"]
 ID_PATTERN = r"^[a-z0-9][a-z0-9-]{1,63}$"
 
 

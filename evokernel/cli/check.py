@@ -54,9 +54,9 @@ def print_check_report(report) -> None:
 @click.argument("kernel", type=click.Path(path_type=Path))
 @click.option("--task", "task_name", required=True, help="A task: built-in name (see `evokernel tasks`) or task directory.")
 @click.option("--scenarios", "scenario_set", default="quick", show_default=True, help="Scenario set or 'all'.")
-@click.option("--original", "speed_reference", default="original", show_default=True,
-              help="Speed reference: 'original', another kernel file, or one of the task's library baselines "
-                   "(attention-fwd: cudnn, flash).")
+@click.option("--original", "speed_reference",
+              help="Speed reference: 'original' (the default), another kernel file, or one of the task's library "
+                   "baselines (attention-fwd: cudnn, flash; a task without an original: its first baseline).")
 @click.option("--baselines", is_flag=True, help="Also time the task's library baselines (e.g. PyTorch SDPA).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), help="Write the report as JSON here.")
 @click.option("--seed", type=int, help="Input seed (default: drawn now).")
@@ -69,20 +69,22 @@ def print_check_report(report) -> None:
               help="Backstop for the whole check in seconds (hangs are caught sooner by limits scaled to the work).")
 @click.option("--memory-limit", type=click.FloatRange(0.25), metavar="GIB",
               help="Memory of the candidate's process tree (default: half of this machine's memory).")
-def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str, baselines: bool,
+def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str | None, baselines: bool,
           json_out: Path | None, seed: int | None, trials: int, rounds: int | None, keep_going: bool,
           no_time: bool, timeout: float, memory_limit: float | None) -> None:
     """Build, verify and time KERNEL; exit 0 if it passes the correctness gate, 1 if rejected."""
     from evokernel.errors import read_text
-    from evokernel.harness import CheckOptions, check_kernel
+    from evokernel.harness import CheckOptions, check_kernel, get_task
 
     if kernel.is_file():
         read_text(kernel, "kernel")  # one line naming a file that is not UTF-8
+    task = get_task(task_name)
     warn_if_not_isolated()
-    options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference, baselines=baselines,
+    options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference or task.default_speed_reference,
+                           baselines=baselines,
                            seed=seed, trials=trials, rounds=rounds, keep_going=keep_going,
                            time_kernels=not no_time, timeout_s=timeout, memory_limit_gb=memory_limit)
-    report = check_kernel(kernel, task_name, options)
+    report = check_kernel(kernel, task, options)
     print_check_report(report)
     if json_out:
         json_out.write_text(report.to_json())
@@ -102,5 +104,6 @@ def tasks(task_dirs: tuple[Path, ...]) -> None:
         baselines = f"\n  library baselines: {', '.join(task.baselines())}" if task.baselines() else ""
         console.print(f"[bold]{task.name}[/]: {task.description}\n  directory: {task.directory}\n"
                       f"  language: {task.language}, {task.dtype}; entry point: {task.entry}\n"
-                      f"  scenario sets: {sets}, all\n  ABI header: {task.header}\n  original kernel: {task.original}"
+                      f"  scenario sets: {sets}, all\n  ABI header: {task.header}\n  original kernel: "
+                      f"{task.original if task.has_original else 'none (a search writes its first kernel)'}"
                       + baselines, soft_wrap=True, highlight=False)

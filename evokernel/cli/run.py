@@ -33,15 +33,16 @@ RUN_OVERRIDES = {"--scenarios": "scenarios", "--seed": "random_seed", "--populat
 def _with_task(data: dict, spelling: str) -> str:
     """Point a config's settings at the task `--task` names (a built-in name, or a task directory relative to the
     working directory, as `check --task` takes it): its original kernel is the seed, its speed reference the
-    config's when the task has it (else its original), its scenarios the config's set when the task has one of
-    that name (else `quick`, else its first). Returns the task as the config then holds it."""
+    config's when the task has it (else the task's default: its original, or its first library baseline), its
+    scenarios the config's set when the task has one of that name (else `quick`, else its first). Returns the task
+    as the config then holds it."""
     from evokernel.harness import get_task, task_names
 
     task = get_task(spelling)  # one line for an unknown name or a broken task directory
     data["task"] = task.name if spelling in task_names() else str(task.directory)
     data["seeds"] = []
-    if data.get("speed_reference", "original") not in ("original", *task.baselines()):
-        data["speed_reference"] = "original"
+    if data.get("speed_reference") not in [*(["original"] if task.has_original else []), *task.baselines()]:
+        data["speed_reference"] = task.default_speed_reference
     if data.get("scenarios") not in task.scenario_sets:
         data["scenarios"] = "quick" if "quick" in task.scenario_sets else next(iter(task.scenario_sets))
     data["name"] = task.name
@@ -231,7 +232,7 @@ def _print_outcome(result, run_dir: Path, speed_reference: str) -> None:
         retime = store.meta().get("best_recheck")
     retime = retime if isinstance(retime, dict) and retime.get("id") == best.id else None
     over_seed = ""
-    if best.operator == "seed":
+    if best.operator == "seed" or best.id == stats.seed_id:
         over_seed = ", a seed: no kernel of the search beat it"
     elif stats.seed_fitness:
         over_seed = (f", {best.fitness / stats.seed_fitness:.3f}x the seed (individual {stats.seed_id})"

@@ -21,7 +21,8 @@ def task() -> None:
               help="A module file defining Model(nn.Module), get_inputs() and get_init_inputs().")
 @click.option("--seed-kernel", "seed_kernel", type=click.Path(path_type=Path),
               help="Your first kernel for the task (its original), against the header this command writes.")
-@click.option("--model", help="Or: a model writes the first kernel (any litellm model string, or cmd:COMMAND).")
+@click.option("--model", help="Or: a model writes the first kernel now (any litellm model string, or cmd:COMMAND); "
+                              "with neither, a search writes it.")
 @click.option("--api-base", help="API base URL for the model (e.g. a local OpenAI-compatible server).")
 @click.option("--attempts", type=click.IntRange(1, 20), default=3, show_default=True,
               help="Answers the model may give before a correct kernel (each rejected one goes back with its reason).")
@@ -32,12 +33,13 @@ def new(name: str, module_path: Path, seed_kernel: Path | None, model: str | Non
         output: Path | None, language: str, dtype: str | None) -> None:
     """Write task NAME from a module file: ABI header, task.py (the module's forward is the reference, PyTorch
     eager a speed reference), scenarios scaled from get_inputs(), a first kernel (yours, or a model's, checked on
-    the task's quick scenarios) as its original, and a config."""
+    the task's quick scenarios) as its original, and a config. Without either, the task has no original: a
+    search writes its first kernel (the first-kernel operator)."""
     from evokernel.harness import LANGUAGES
     from evokernel.harness.task_from_module import write_task
 
-    if (seed_kernel is None) == (model is None):
-        raise BadInput("give the first kernel: --seed-kernel FILE (yours) or --model MODEL (a model writes it)")
+    if seed_kernel is not None and model is not None:
+        raise BadInput("give one first kernel: --seed-kernel FILE (yours) or --model MODEL (a model writes it)")
     if api_base and not model:
         raise BadInput("--api-base needs --model")
     extension = LANGUAGES[language].extension
@@ -48,11 +50,14 @@ def new(name: str, module_path: Path, seed_kernel: Path | None, model: str | Non
             raise BadInput(f"--seed-kernel {seed_kernel}: a {language} kernel ends in {extension}")
         first_kernel = _given_kernel(seed_kernel)
     else:
-        first_kernel = _model_kernel(model, api_base, attempts)
+        first_kernel = _model_kernel(model, api_base, attempts) if model else None
     directory = write_task(name, module_path, output or Path(name), language,
                            dtype or ("float32" if language == "c" else "bfloat16"), first_kernel)
-    console.print(f"wrote task {name} to {directory}/\n  evokernel check {directory}/original{extension} --task "
-                  f"{directory} --baselines\n  evokernel run {directory}/config.yaml", soft_wrap=True, highlight=False)
+    next_steps = (f"evokernel check {directory}/original{extension} --task {directory} --baselines\n  "
+                  f"evokernel run {directory}/config.yaml" if first_kernel else
+                  f"no original kernel: a model writes the first one in a search\n  "
+                  f"evokernel run {directory}/config.yaml --model MODEL   (or --seed-kernel FILE: yours)")
+    console.print(f"wrote task {name} to {directory}/\n  {next_steps}", soft_wrap=True, highlight=False)
 
 
 def _given_kernel(path: Path):

@@ -115,9 +115,12 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     if reason:
         report.check_seconds = round(time.perf_counter() - started, 3)
         return report.reject(reason)
-    original, reason = build_checked(task.original.read_text(), task, "the task's original kernel")
-    if reason:  # a broken task (or installation), not a bad candidate
-        raise BadInput(f"task {task.name}: {task.original}: {reason}")
+    if task.has_original:
+        original, reason = build_checked(task.original.read_text(), task, "the task's original kernel")
+        if reason:  # a broken task (or installation), not a bad candidate
+            raise BadInput(f"task {task.name}: {task.original}: {reason}")
+    else:  # the candidate stands in: compared with itself, its own time scales the step limits
+        original = candidate
     kernels = {"candidate": candidate.library, "original": original.library}
     if speed_library is not None:
         kernels["speed_reference"] = speed_library

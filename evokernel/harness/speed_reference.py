@@ -24,14 +24,19 @@ class SpeedReference:
     @classmethod
     def parse(cls, text: str, task: Task, where: str = "--original", base_dir: Path | None = None) -> SpeedReference:
         """The reference a user named; a relative file is taken from `base_dir` (a config's folder, like its
-        seeds) or the working directory. BadInput naming `where` for anything else."""
+        seeds) or the working directory. BadInput naming `where` for anything else (and for the original of a
+        task that has none)."""
+        if text == ORIGINAL and not task.has_original:
+            raise BadInput(f"{where}: task {task.name} has no original kernel: name one of its library baselines "
+                           f"({', '.join(task.baselines()) or 'none'}; default {task.default_speed_reference}) "
+                           "or a kernel file")
         if text == ORIGINAL or text in task.baselines():
             return cls.recorded(text, task)
         path = Path(text).expanduser()
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
         if not path.is_file():
-            known = ", ".join([ORIGINAL, *task.baselines()])
+            known = ", ".join([*([ORIGINAL] if task.has_original else []), *task.baselines()])
             raise BadInput(f"{where}: '{text}' is neither a baseline of task {task.name} ({known}) "
                            f"nor a kernel file (not found: {path})")
         read_text(path, f"{where}:")

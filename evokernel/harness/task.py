@@ -1,7 +1,10 @@
 """What a task is: the interface a task directory implements (a user's own kernel as much as ours).
 
 A task directory holds the ABI header candidates include, the original kernel (correct, the speed
-reference by default) and `task.py`, which defines one subclass of `Task`. The harness knows nothing
+reference by default) and `task.py`, which defines one subclass of `Task`. A task may come without an
+original (`original_file = None`, as `evokernel task new` writes one when no first kernel is given): its
+speed reference is then a library baseline, and a search's first kernel is written from the reference
+(the `first-kernel` operator). The harness knows nothing
 else about the problem: it makes the tensors `arguments` lists from seeded values, passes them to
 the kernel's entry in one struct (a pointer per tensor, each scalar by value, in the listed order),
 compares the outputs with `reference`, re-checks `sample`d elements with `reference_at` (on the
@@ -94,7 +97,7 @@ class Task:
     description: ClassVar[str] = ""
     language: ClassVar[str]  # "c" (CPU, OpenMP) or "cuda": see `languages`
     header_file: ClassVar[str]  # file name, in the task directory, of the ABI header candidates include
-    original_file: ClassVar[str]  # file name of the original kernel
+    original_file: ClassVar[str | None]  # file name of the original kernel; None: the task has none yet
     entry: ClassVar[str]  # the kernel's extern "C" entry point
     dtype: ClassVar[str]  # element type of every tensor (DTYPES)
     scenario_type: ClassVar[type]
@@ -153,8 +156,26 @@ class Task:
         return self.directory / self.header_file
 
     @property
+    def has_original(self) -> bool:
+        return self.original_file is not None
+
+    @property
     def original(self) -> Path:
+        """The original kernel's file; BadInput where a task made without one is asked for it."""
+        if self.original_file is None:
+            from evokernel.errors import BadInput
+
+            raise BadInput(f"task {self.name} has no original kernel (it was made without a first kernel): "
+                           f"give a kernel of your own, or let a model write one (evokernel run --model MODEL)")
         return self.directory / self.original_file
+
+    @property
+    def default_speed_reference(self) -> str:
+        """What speedups are measured against unless a user says otherwise: the original kernel, or for a task
+        without one its first library baseline."""
+        if self.has_original or not self.library_baselines:
+            return "original"
+        return self.library_baselines[0]
 
     @property
     def backend(self) -> str:

@@ -182,10 +182,11 @@ def _forward_on_meta(path: Path, torch, model, given: list) -> tuple[list, float
 
 
 def write_task(name: str, module_path: Path, directory: Path, language: str, dtype: str,
-               first_kernel: Callable[[Task, str, Callable[[str], str | None]], str]) -> Path:
+               first_kernel: Callable[[Task, str, Callable[[str], str | None]], str] | None) -> Path:
     """Write the task directory (whole or not at all); returns it. `first_kernel(task, module_source, check)`
-    gives the task's original kernel, `check(source)` saying why a candidate is not correct (None: it is).
-    BadInput for bad options, a bad module or no correct first kernel."""
+    gives the task's original kernel, `check(source)` saying why a candidate is not correct (None: it is);
+    without it the task has no original (`original_file = None`: a search's first kernel is written from the
+    reference). BadInput for bad options, a bad module or no correct first kernel."""
     from evokernel.harness.task_loader import CPU_DTYPES, load_task_dir, task_names
 
     if not NAME_RE.fullmatch(name):
@@ -208,39 +209,38 @@ def write_task(name: str, module_path: Path, directory: Path, language: str, dty
     try:
         entry = "evk_" + name.replace("-", "_")
         header = f"{entry}.h"
-        original = scratch / f"original{LANGUAGES[language].extension}"
+        original = f"original{LANGUAGES[language].extension}"
+        task_py = lambda original_file: _task_py(name, entry, header, original_file, module_path.name,  # noqa: E731
+                                                 signature, language, dtype)
         (scratch / MODULE_FILE).write_text(module_text)
-        original.write_text(f"// {entry}: the first kernel is not written yet\n")
         (scratch / header).write_text(_header(name, entry, signature, language, dtype))
-        (scratch / "task.py").write_text(_task_py(name, entry, header, original.name, module_path.name, signature,
-                                                  language, dtype))
+        (scratch / "task.py").write_text(task_py(None))
         (scratch / "config.yaml").write_text(_config(name))
         task = load_task_dir(scratch)  # the written task loads, its scenarios are sound
-
-        def check(source: str) -> str | None:
-            original.write_text(source)
-            return _first_kernel_problem(source, task, header)
-
-        original.write_text(first_kernel(task, module_text, check))
+        if first_kernel is not None:
+            check = lambda source: _first_kernel_problem(source, task, header, original)  # noqa: E731
+            (scratch / original).write_text(first_kernel(task, module_text, check))
+            (scratch / "task.py").write_text(task_py(original))
         scratch.rename(directory)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return directory
 
 
-def _first_kernel_problem(source: str, task: Task, header: str) -> str | None:
-    """Why a first kernel is not the task's original (None: it passes every quick scenario, untimed)."""
+def _first_kernel_problem(source: str, task: Task, header: str, file_name: str) -> str | None:
+    """Why a first kernel (to be `file_name`) is not the task's original (None: it passes every quick scenario,
+    untimed; the task has no original yet, so the kernel is checked against the reference alone)."""
     from evokernel.harness.build import show_source_paths
     from evokernel.harness.check import CheckOptions, check_source
 
-    report = check_source(source, task, CheckOptions(scenario_set="quick", time_kernels=False),
-                          kernel_name=task.original.name)
+    report = check_source(source, task, CheckOptions(scenario_set="quick", speed_reference=task.default_speed_reference,
+                                                     time_kernels=False), kernel_name=file_name)
     if report.correct:
         return None
-    failure = show_source_paths(report.failure or "rejected", task.original.name).removeprefix("candidate ")
+    failure = show_source_paths(report.failure or "rejected", file_name).removeprefix("candidate ")
     log = "\n".join(line for line in (report.build_log or "").splitlines() if "error" in line.lower())
     return (f"{failure} (the header: {header}, the sizes in fields NAME_d0, NAME_d1, ...)"
-            + (f"\n{show_source_paths(log, task.original.name)[:2000]}" if log else ""))
+            + (f"\n{show_source_paths(log, file_name)[:2000]}" if log else ""))
 
 
 def _tensor_lines(signature: ModuleSignature) -> list[tuple[str, int, str]]:
@@ -280,8 +280,8 @@ def _header(name: str, entry: str, signature: ModuleSignature, language: str, dt
     return "\n".join(lines) + "\n"
 
 
-def _task_py(name: str, entry: str, header: str, original: str, source_name: str, signature: ModuleSignature,
-             language: str, dtype: str) -> str:
+def _task_py(name: str, entry: str, header: str, original: str | None, source_name: str,
+             signature: ModuleSignature, language: str, dtype: str) -> str:
     batches = sorted(signature.output_shapes)
     scenarios = lambda chosen: "(" + ", ".join(f"ModuleScenario({b})" for b in chosen) + ",)"  # noqa: E731
     gpu = LANGUAGES[language].stream_argument
@@ -298,7 +298,7 @@ class {class_name}(ModuleTask):
     language = "{language}"
     dtype = "{dtype}"
     header_file = "{header}"
-    original_file = "{original}"
+    original_file = {original!r}
     entry = "{entry}"
     peak_flops = {1.0e15 if gpu else 2.0e12!r}
     peak_bytes_per_s = {5.0e12 if gpu else 1.0e12!r}

@@ -107,20 +107,25 @@ def _validate(task: Task, where: str) -> None:
         allowed = CPU_DTYPES if task.language == "c" else tuple(DTYPES)
         raise BadInput(f"{where}: field 'dtype': '{task.dtype}' is not one of {', '.join(allowed)} "
                        f"(language {task.language})")
-    for field in ("header_file", "original_file"):
+    for field in ("header_file", "original_file") if task.has_original else ("header_file",):
         if not (task.directory / getattr(task, field)).is_file():
             raise BadInput(f"{where}: field '{field}': file not found: {task.directory / getattr(task, field)}")
-    extension = LANGUAGES[task.language].extension
-    if task.original.suffix != extension:
-        raise BadInput(f"{where}: field 'original_file': a {task.language} kernel ends in {extension}")
-    if task.entry not in task.original.read_text(errors="replace"):
-        raise BadInput(f"{where}: field 'entry': the original kernel does not define '{task.entry}'")
+    if task.has_original:
+        _validate_original(task, where)
     if not dataclasses.is_dataclass(task.scenario_type):
         raise BadInput(f"{where}: field 'scenario_type': not a dataclass")
     if not isinstance(task.scenario_sets, dict) or not task.scenario_sets:
         raise BadInput(f"{where}: field 'scenario_sets': expected a mapping of set names to scenarios")
     for set_name, scenarios in task.scenario_sets.items():
         _validate_set(task, f"{where}: scenario set '{set_name}'", scenarios)
+
+
+def _validate_original(task: Task, where: str) -> None:
+    extension = LANGUAGES[task.language].extension
+    if task.original.suffix != extension:
+        raise BadInput(f"{where}: field 'original_file': a {task.language} kernel ends in {extension}")
+    if task.entry not in task.original.read_text(errors="replace"):
+        raise BadInput(f"{where}: field 'entry': the original kernel does not define '{task.entry}'")
 
 
 def _validate_set(task: Task, where: str, scenarios) -> None:

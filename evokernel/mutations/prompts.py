@@ -334,20 +334,22 @@ def repair_prompt(failing: Parent, question: Question, task: Task, error: str) -
     return _frame(question, "repair", body, task, failing.report, False)
 
 
-def first_kernel_prompt(task: Task, module_source: str, previous: str | None = None, error: str | None = None) -> str:
-    """The first kernel of a task made from a PyTorch module: the module, the scenarios, the contract; on a
-    second attempt, the kernel that failed and why."""
+def first_kernel_prompt(task: Task, question: Question, reference: str, previous: str | None = None,
+                        error: str | None = None) -> str:
+    """The first kernel of a task that has none: a question of the bank's `reference` layer, the task's reference
+    (the PyTorch module it was made from, else its task.py), the scenarios, the contract; on a later attempt, the
+    kernel that failed and why."""
     fence = _fence(task.language)
     scenarios = "\n".join(f"- {s.name}: " + ", ".join(f"{t.name} {list(t.shape)}" for t in task.tensors(s))
                            for s in task.scenarios("all"))
     retry = (f"## Your previous kernel, which the harness rejected\n```{fence}\n{previous.rstrip()}\n```\n"
              f"### Why\n```\n{(error or '').strip()[-4000:]}\n```\nFix the cause.\n\n") if previous else ""
-    return ("# Write the first kernel of this task\n"
-            "The task's reference is the forward of the PyTorch module below, its parameters passed to the kernel as "
-            "inputs. Write a kernel that computes exactly what the forward computes, for every scenario; make it "
-            "correct and straightforward first (later questions make it fast).\n\n"
-            f"## The module\n```python\n{module_source.rstrip()}\n```\n\n"
+    return (f"# Question\n{question.text}\n\n# Write the first kernel of this task\n"
+            "The task's reference is the code below: the forward of a PyTorch module (its parameters passed to the "
+            "kernel as inputs), or the task's definition (its `reference` method). Write a kernel that computes "
+            "exactly what the reference computes, for every scenario; make it correct and straightforward first "
+            "(later questions make it fast).\n\n"
+            f"## The reference\n```python\n{reference.rstrip()}\n```\n\n"
             f"## The scenarios (tensor shapes)\n{scenarios}\n\n" + _setting(task, None) + "\n" + _contract(task)
             + "\n" + retry + "## Answer format\nThe complete kernel file in one block:\n"
             f"```{fence}\n<the whole kernel file>\n```\n")
-

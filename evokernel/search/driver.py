@@ -27,6 +27,7 @@ from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, start_evaluator
 from evokernel.harness import CheckOptions, Task, get_task, rejection_kind, show_source_paths
 from evokernel.mutations import Operator, Proposal, llm_operator_names, registered_operators
+from evokernel.mutations.first_kernel import FIRST_KERNEL
 from evokernel.population import Population, make_kernel
 from evokernel.search import run_dir as runs
 from evokernel.search import retime
@@ -78,6 +79,7 @@ class Search(Proposing):
         self.ops: dict[str, Operator] = {}
         self.weights: dict[str, float] = {}
         self._setup_operators(operator_set)
+        self.writes_first_kernel = self._first_kernel_needed(resume)
         llm = any(op.uses_llm for op in self.ops.values())
         if llm and config.llm.models:
             from evokernel.bank import load_bank
@@ -137,6 +139,26 @@ class Search(Proposing):
         if not self.ops:
             raise BadInput("field 'operators': no usable operator has a positive weight")
 
+    def _first_kernel_needed(self, resume: bool) -> bool:
+        """Whether the run starts from no kernel (a task without an original, no seeds): then the first-kernel
+        operator writes its first kernel. BadInput, before anything is written, when no model can."""
+        if self.task.has_original or self.config.seeds:
+            return False
+        if not self.config.llm.models:
+            if resume:
+                return False  # a resumed run goes on from the kernels it has
+            raise BadInput(f"task {self.task.name} has no original kernel: a model writes the first one (--model "
+                           "MODEL or llm.models in the config), or give your own (--seed-kernel FILE or seeds)")
+        if FIRST_KERNEL not in self.ops:  # weight 0: never drawn, called while the run has no kernel
+            self.ops[FIRST_KERNEL] = registered_operators()[FIRST_KERNEL].factory(self.config)
+            self.weights[FIRST_KERNEL] = 0.0
+        return True
+
+    def _repairable(self, row: Individual) -> bool:
+        """Whether the repair operator takes this rejected kernel (an LLM child; a first kernel is fixed by the
+        first-kernel operator itself)."""
+        return "repair" in self.ops and row.operator in llm_operator_names() and row.operator != FIRST_KERNEL
+
     def _restore(self) -> None:
         """Load the store: known kernels, the population of correct ones, what is left to evaluate."""
         earlier = self.store.individuals()
@@ -153,7 +175,7 @@ class Search(Proposing):
                     self.answered_unevaluated.add(row.id)
             elif row.status == "rejected":
                 self.stats.failures[rejection_kind(row.failure)] += 1
-                if "repair" in self.ops and row.operator in llm_operator_names() and row.id not in repairing:
+                if self._repairable(row) and row.id not in repairing:
                     self.repairs.append(row)  # rejected in an earlier session, before a repair was proposed
             self._note_seed(row)
         self.stats.evaluations = sum(1 for row in earlier if row.status in ("correct", "rejected"))
@@ -218,7 +240,7 @@ class Search(Proposing):
         else:
             self.stats.failures[rejection_kind(row.failure)] += 1
             outcome = f"rejected: {show_source_paths(row.failure, self._source_name(row))}"
-            if "repair" in self.ops and row.operator in llm_operator_names():
+            if self._repairable(row):
                 self.repairs.append(row)
         self.stats.last = f"#{row.id} {row.operator} from {row.parent_ids or 'seed'}: {outcome}"
         self.population.migrate_if_due(self.stats.evaluations)
@@ -239,9 +261,9 @@ class Search(Proposing):
         self.stats.best_id, self.stats.best_fitness = best.id, best.fitness.values[1]
 
     def _note_seed(self, row: Individual) -> None:
-        """Keep the fastest correct seed: with several seeds, a kernel of the search counts as a gain only
-        over the best one (the end-of-run re-timing is against it too)."""
-        if (row.operator == "seed" and row.status == "correct" and row.fitness
+        """Keep the fastest correct seed (or the first kernel the search wrote): with several seeds, a kernel of
+        the search counts as a gain only over the best one (the end-of-run re-timing is against it too)."""
+        if (row.operator in ("seed", FIRST_KERNEL) and row.status == "correct" and row.fitness
                 and (self.stats.seed_fitness is None or row.fitness > self.stats.seed_fitness)):
             self.stats.seed_id, self.stats.seed_fitness = row.id, row.fitness
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from evokernel.mutations import AnswerPending, Proposal, ProposalFailed
+from evokernel.mutations import AnswerPending, Proposal, ProposalFailed, registered_operators
+from evokernel.mutations.first_kernel import FIRST_KERNEL
 from evokernel.search.operator_contexts import Job, parent_view
 from evokernel.search.progress import proposal_failure_kind
 from evokernel.source import normalized_hash
@@ -32,8 +33,8 @@ class Proposing:
             parent = parent_view(self.store, failing, self.store.source(failing))
             return Job("repair", [parent], self.islands.get(failing.id), failing.generation + 1, "repair")
         if not len(self.population):
-            return None
-        names = [n for n in self.ops if n != "repair" and (llm_room or not self.ops[n].uses_llm)
+            return self._first_kernel_job() if self.writes_first_kernel and llm_room else None
+        names = [n for n in self.ops if n not in ("repair", FIRST_KERNEL) and (llm_room or not self.ops[n].uses_llm)
                  and self.ops[n].arity <= len(self.population)]  # no crossover of a kernel with itself
         if not names:
             return None
@@ -48,6 +49,24 @@ class Proposing:
         trigger = self.monitor.active() if self.ops[name].uses_llm else "default"
         return Job(name, [parent_view(self.store, p) for p in parents], island, 1 + max(p.generation for p in parents),
                     trigger)
+
+    def _first_kernel_job(self) -> Job | None:
+        """While the run has no correct kernel: the first-kernel operator's next answer, a fix of the last
+        rejected first kernel if there is one; None while one is written or evaluated, and once its attempts
+        (operators.first-kernel.max_attempts) are spent: then the run stops, saying so."""
+        if self.queue or self.evaluator.in_flight() or any(j.operator == FIRST_KERNEL for j in self.proposing.values()):
+            return None
+        written = [row for row in self.store.individuals() if row.operator == FIRST_KERNEL]
+        spent = len(written) + sum(n for (name, _), n in self.stats.proposal_failures.items() if name == FIRST_KERNEL)
+        allowed = registered_operators()[FIRST_KERNEL].settings(self.config)["max_attempts"]
+        if spent >= allowed:
+            self.stop_reason = self.stop_reason or (
+                f"no correct first kernel in {spent} answers (operators.{FIRST_KERNEL}.max_attempts = {allowed}): "
+                "give your own with --seed-kernel FILE")
+            return None
+        failing = written[-1] if written else None
+        parents = [parent_view(self.store, failing, self.store.source(failing))] if failing else []
+        return Job(FIRST_KERNEL, parents, None, failing.generation + 1 if failing else 0, FIRST_KERNEL)
 
     def _human_job(self) -> Job | None:
         """A person's question (`evokernel ask`) put to the model about its target, when one waits and its target
@@ -158,7 +177,7 @@ class Proposing:
         kind = proposal_failure_kind(job.operator, reason)
         self.store.add_proposal_failure(ProposalFailure(operator=job.operator, kind=kind, reason=reason,
                                                         parent_ids=parent_ids, llm_call_id=failure.llm_call_id))
-        parents = ", ".join(f"#{i}" for i in parent_ids)
+        parents = ", ".join(f"#{i}" for i in parent_ids) or "the task's reference"
         if not self.stats.proposal_failures[(job.operator, kind)]:
             call = f" (LLM call {failure.llm_call_id})" if failure.llm_call_id is not None else ""
             self.notify(f"{job.operator} made no kernel from {parents}{call}: {reason} (the first '{kind}' of "

@@ -22,7 +22,7 @@ def retime_best(store: Store, evaluator: Evaluator, task: Task, options: CheckOp
     across sessions) and record it in the meta; returns the line that says the outcome, None when there was
     nothing to re-time. Replayed evaluations are not re-timed: they measure nothing now."""
     best = store.best(1)
-    if not evaluator.measures or not best or best[0].operator == "seed" or seed_id is None:
+    if not evaluator.measures or not best or best[0].operator == "seed" or best[0].id == seed_id or seed_id is None:
         return None
     best, seed = best[0], store.individual(seed_id)
     earlier = store.meta().get(RETIME_KEY)

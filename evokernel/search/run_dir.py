@@ -44,9 +44,10 @@ def write_config(run_dir: Path, config: RunConfig) -> dict:
 
 
 def seed_sources(config: RunConfig, task: Task) -> list[tuple[str, str]]:
-    """(path, source) of the configured seeds (default: the task's original); a bad knob is BadInput."""
+    """(path, source) of the configured seeds (default: the task's original; none for a task without one, whose
+    first kernel the search writes); a bad knob is BadInput."""
     seeds = []
-    for path in config.seeds or [task.original]:
+    for path in config.seeds or ([task.original] if task.has_original else []):
         source = read_text(Path(path), "seed")
         try:
             parse_knobs(source)

@@ -35,8 +35,8 @@ def build_services(config: RunConfig, store) -> dict:
     }
 
 
-class _QuestionOperator:
-    """Shared by the three operators: choose a question, ask, parse, describe the child."""
+class QuestionOperator:
+    """Shared by the question operators: choose a question, ask, parse, describe the child."""
 
     name = ""
     arity = 1
@@ -72,7 +72,7 @@ class _QuestionOperator:
 
 
 @register(default_weight=2.0)
-class QuestionMutation(_QuestionOperator):
+class QuestionMutation(QuestionOperator):
     """Ask one question about one parent; the answer is the child."""
 
     name = "question-mutation"
@@ -86,7 +86,7 @@ class QuestionMutation(_QuestionOperator):
 
 
 @register(default_weight=0.5)
-class QuestionCrossover(_QuestionOperator):
+class QuestionCrossover(QuestionOperator):
     """Ask a question about the difference between two parents; the answer combines them."""
 
     name = "question-crossover"
@@ -126,7 +126,7 @@ def repairs_so_far(store, parent_id: int) -> int:
 
 
 @register(default_weight=0.5)
-class Repair(_QuestionOperator):
+class Repair(QuestionOperator):
     """Ask a repair question about a kernel the harness rejected, with its error."""
 
     name = "repair"
