@@ -46,11 +46,11 @@ def test_a_registered_operator_is_weighted_by_name_and_needs_a_model(rewrite_reg
 def test_a_config_keeps_the_default_weights_of_operators_it_does_not_name():
     weights = parse_config({"task": "attention-fwd-cpu", "operators": {"repair": 0}}, "c").operators.as_dict()
     assert weights == {"knob-mutation": 1.0, "knob-crossover": 0.5, "question-mutation": 2.0,
-                       "question-crossover": 0.5, "repair": 0.0}
+                       "question-crossover": 0.5, "repair": 0.0, "first-kernel": 0.0}
 
 
 def test_an_unknown_operator_is_one_line_naming_the_known_ones():
     with pytest.raises(BadInput) as error:
         parse_config({"task": "attention-fwd-cpu", "operators": {"knob-mutaton": 1}}, "c.yaml")
-    assert str(error.value) == ("c.yaml: field 'operators': unknown operator 'knob-mutaton' (known: knob-crossover, "
-                                "knob-mutation, question-crossover, question-mutation, repair)")
+    assert str(error.value) == ("c.yaml: field 'operators': unknown operator 'knob-mutaton' (known: first-kernel, "
+                                "knob-crossover, knob-mutation, question-crossover, question-mutation, repair)")
