@@ -74,15 +74,18 @@ class DeviceMemory:
         whole = torch.as_tensor(self, device="cuda")  # keeps this object, and so the allocation, alive
         out, at = [], 0
         for length, dtype in sizes:
-            nbytes = length * torch.empty((), dtype=dtype).element_size()
-            out.append(whole[at:at + nbytes].view(dtype))
-            at += -(-nbytes // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
+            out.append(whole[at:at + length * dtype.itemsize].view(dtype))
+            at += _aligned(length * dtype.itemsize)
         return out
 
     @staticmethod
     def bytes_for(sizes: list[tuple[int, torch.dtype]]) -> int:
-        return sum(-(-length * torch.empty((), dtype=dtype).element_size() // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
-                   for length, dtype in sizes)
+        return sum(_aligned(length * dtype.itemsize) for length, dtype in sizes)
+
+
+def _aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to where the next tensor of an allocation may start."""
+    return -(-nbytes // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
 
 
 class SampledRead:
