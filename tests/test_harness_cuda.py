@@ -46,3 +46,27 @@ def test_hanging_kernel_is_killed():
     hang = ORIGINAL.replace("  const int warp = threadIdx.x / 32", "  while (clock64() >= 0) {}\n  const int warp = threadIdx.x / 32")
     report = check_source(hang, TASK, CheckOptions(scenario_set="quick", timeout_s=30))
     assert not report.correct and ("timed out" in report.failure or "time limit" in report.failure)
+
+
+def test_a_failing_library_baseline_ends_the_check_with_its_own_error_in_one_line(tmp_path):
+    """A library speed reference that raises ends the check with the library's error (one line, the step named),
+    not with a verdict on the candidate."""
+    import shutil
+
+    task_dir = tmp_path / "attention_broken_library"
+    shutil.copytree(TASK.directory, task_dir, ignore=shutil.ignore_patterns("__pycache__", "seeds"))
+    source = (task_dir / "task.py").read_text()
+    source = source.replace('name = "attention-fwd"', 'name = "attention-fwd-broken-library"')
+    broken = '''
+        def broken(prepared, s):
+            raise RuntimeError("no such library here")
+
+        return {"broken": Baseline(broken)}
+
+    def unused_baselines(self) -> dict[str, Baseline]:'''
+    source = source.replace("    def baselines(self) -> dict[str, Baseline]:", "    def baselines(self) -> dict[str, Baseline]:" + broken, 1)
+    (task_dir / "task.py").write_text(source)
+    report = check_kernel(TASK.original, str(task_dir), CheckOptions(scenario_set="quick", rounds=5,
+                                                                      speed_reference="broken"))
+    assert not report.correct and report.failure.startswith("RuntimeError: no such library here"), report.failure
+    assert "\n" not in report.failure and "timing of" in report.failure

@@ -23,6 +23,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from evokernel.harness import values
 from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, CheckRequest, Rejected, must_confirm,
                                         net_ms, timing_call)
+from evokernel.harness.failures import device_failure, readable_failure
 from evokernel.harness.runner import RunnerGone, refuse_inspection
 from evokernel.harness.worker_start import baseline_kernel, import_backend, read_request
 from evokernel.harness.task import BUILT_SPEED_REFERENCES, Task, sampled_elements
@@ -40,11 +42,7 @@ LIMIT_FACTOR = 50.0  # a step may take this many times the original's time befor
 # Sampled elements of a timed call are held to this multiple of the scenario's verification bound (the bound
 # was derived from other inputs; a stale or cached answer is off by far more).
 ROW_BOUND_FACTOR = 2.0
-SAMPLED_PER_REQUEST = 4  # calls of a request whose sampled elements are checked (chosen after the reply)
-CUDA_FAILURES = (("illegal memory access", "illegal memory access"), ("misaligned address", "misaligned address"),
-                 ("illegal instruction", "illegal instruction"), ("unspecified launch failure", "launch failure"),
-                 ("launch timed out", "launch timed out"), ("out of memory", "ran out of device memory"),
-                 ("device-side assert", "device-side assert"))
+SAMPLED_PER_REQUEST = 2  # calls of a request whose sampled elements are checked (chosen after the reply)
 
 
 class Channel:
@@ -80,6 +78,15 @@ class Worker:
         self.scenario_name = ""
         self.current_step = ""
 
+    @contextmanager
+    def spent(self, part: str):
+        """Add the time of the block to `part` of the worker's time (reported with its phases)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - started
+
     def step(self, text: str, calls: int = 1) -> None:
         """Announce a step; the parent kills the worker if the next message takes longer than its limit."""
         self.current_step = text
@@ -96,13 +103,10 @@ class Worker:
         return inputs
 
     # -- correctness ------------------------------------------------------------------------
-    def check_output(self, inputs, rc: int, compare: bool = True) -> None:
-        """Return code, guard bands, every element written and finite (with `compare` off, the same work
-        and no judgement: see `check_sample`)."""
+    def check_output(self, inputs, rc: int) -> None:
+        """Return code, guard bands, every element written and finite."""
         broken = self.backend.guards_intact(inputs)
         bad = {name: self.backend.count_nonfinite(inputs.arrays[name]) for name in inputs.output_names}
-        if not compare:
-            return
         if rc != 0:
             raise Rejected(f"returned error code {rc}")
         if broken:
@@ -113,17 +117,14 @@ class Worker:
                 raise Rejected(f"wrote NaN/Inf or left output {name} unwritten at {count} of "
                                f"{self.backend.size(inputs.arrays[name])} elements")
 
-    def check_sample(self, inputs, bounds: dict[str, float], seed: int, offsets: tuple[int, ...],
-                     compare: bool = True) -> dict:
+    def check_sample(self, inputs, bounds: dict[str, float], seed: int, offsets: tuple[int, ...]) -> dict:
         """Sampled output elements against a float64 reference; returns them (the parent re-checks them
-        itself). With `compare` off (a library baseline writes elsewhere) the same work is done, the same
-        values are returned and nothing is judged, so that every timed call carries the same overhead (the
-        same message) for the parent's wall clock."""
+        itself)."""
         picks = sampled_elements(self.task, inputs.scenario, seed, offsets)
         expected = self.task.reference_at(inputs.scenario, picks,
                                           lambda name, flat: self.backend.gather(inputs.arrays[name], flat))
         got = {name: self.backend.gather(inputs.arrays[name], picks[name]) for name in picks}
-        for name in picks if compare else ():
+        for name in picks:
             error = float(np.max(np.abs(got[name] - expected[name]), initial=0.0))
             if not error <= bounds[name]:
                 raise Rejected(f"wrong values in output {name} at sampled elements (error {error:.3g} > "
@@ -146,15 +147,19 @@ class Worker:
             snapshot = backend.snapshot(inputs)
             if compare_original:  # timed first: it scales this scenario's time limits
                 started = time.perf_counter()
-                rc_orig, out_orig = backend.run(self.original, inputs)
+                with self.spent("verification: kernels"):
+                    rc_orig, out_orig = backend.run(self.original, inputs)
                 self.limit_s = max(self.request.min_limit_s, LIMIT_FACTOR * (time.perf_counter() - started))
                 self.step(f"verification of {self.scenario_name} (candidate)")
-            rc, outputs = backend.run(self.candidate, inputs)
+            with self.spent("verification: kernels"):
+                rc, outputs = backend.run(self.candidate, inputs)
             if rc == 0 and not backend.unchanged(inputs, snapshot):
                 raise Rejected("modified its inputs")
             self.check_output(inputs, rc)
-            reference = self.task.reference(inputs.inputs(), scenario, True)
-            errors = self.compare(outputs, reference, self.task.reference(inputs.inputs(), scenario, False))
+            with self.spent("verification: references"):
+                reference = self.task.reference(inputs.inputs(), scenario, True)
+                plain = self.task.reference(inputs.inputs(), scenario, False)
+            errors = self.compare(outputs, reference, plain)
             for name, (max_err, _, bound) in errors.items():
                 if max_err > bound:
                     raise Rejected(f"max error {max_err:.3g} in output {name} against the reference exceeds "
@@ -208,7 +213,8 @@ class Worker:
         for _ in range(req.warmup):
             for name in names:
                 kernels[name](inputs)
-        call_ms, batch = self.estimate(kernels, names, inputs)
+        requests = [inputs]  # each call of a request on buffers of its own, made (and warmed) as needed
+        call_ms, batch = self.estimate(kernels, names, requests)
         rounds = req.rounds
         if req.timing_budget_ms is not None:  # slow kernels get fewer rounds (never fewer than 5)
             rounds = max(5, min(rounds, int(req.timing_budget_ms / max(batch * sum(call_ms.values()), 1e-3))))
@@ -218,12 +224,13 @@ class Worker:
         offsets = values.call_offsets(rolled, base_seed, calls * len(names))
         full_checks = set(random.SystemRandom().sample(range(calls), min(FULL_CHECKS_PER_SCENARIO, calls)))
         row_bounds = {name: ROW_BOUND_FACTOR * bound for name, bound in bounds.items()}
-        requests = [inputs] + [backend.like(inputs) for _ in range(batch - 1)]
+        self.more_buffers(kernels, names, requests, batch)
         candidate_ms, overhead_ms = [], []
         self.step(f"{phase} of {self.scenario_name} ({rounds} rounds of {batch} call{'s' * (batch > 1)})",
                   calls=len(names) * batch)
         for round_index in range(rounds):
-            overhead = backend.overhead_ms()
+            with self.spent("timing: requests"):
+                overhead = backend.overhead_ms()
             if overhead is not None:
                 overhead_ms.append(overhead)
                 self.channel.send("overhead", index=index, phase=phase, ms=overhead)
@@ -231,21 +238,26 @@ class Worker:
                 kernel_index = names.index(name)
                 numbers = [round_index * batch + position for position in range(batch)]
                 rolls = [offsets[number * len(names) + kernel_index] for number in numbers]
-                for call_inputs, roll in zip(requests, rolls):
-                    backend.roll_inputs(call_inputs, base, roll)
-                    backend.poison_outputs(call_inputs)
-                ms = backend.time_calls(kernels[name], requests)
+                with self.spent("timing: inputs"):
+                    for call_inputs, roll in zip(requests, rolls):
+                        backend.roll_inputs(call_inputs, base, roll)
+                        backend.poison_outputs(call_inputs)
+                with self.spent("timing: requests"):
+                    ms = backend.time_calls(kernels[name], requests[:batch])
                 sampled = set(random.SystemRandom().sample(range(batch), min(SAMPLED_PER_REQUEST, batch)))
                 for position, (number, call_inputs, roll) in enumerate(zip(numbers, requests, rolls)):
                     try:
-                        self.check_output(call_inputs, 0, compare=name in writes_output)
-                        rows = (self.check_sample(call_inputs, row_bounds, base_seed, roll,
-                                                  compare=name in writes_output) if position in sampled else None)
+                        with self.spent("timing: checks"):
+                            if name in writes_output:
+                                self.check_output(call_inputs, 0)
+                            rows = (self.check_sample(call_inputs, row_bounds, base_seed, roll)
+                                    if position in sampled and name in writes_output else None)
                         self.channel.send("call", index=index, call=timing_call(number, kernel_index, phase),
                                           kernel=name, ms=ms, batch=batch, offsets=list(roll), rows=rows,
                                           limit_s=self.limit_s * batch)
-                        if name == "candidate" and number in full_checks:  # outside the parent's call intervals
-                            self.full_check(call_inputs)
+                        if name == "candidate" and number in full_checks:
+                            with self.spent("timing: checks"):
+                                self.full_check(call_inputs)
                             self.channel.send("full-check", index=index, call=timing_call(number, kernel_index, phase),
                                               limit_s=self.limit_s * batch)
                     except Rejected as exc:
@@ -256,22 +268,28 @@ class Worker:
             backend.release(buffers)
         return net_ms(candidate_ms, overhead_ms, batch)
 
-    def estimate(self, kernels: dict, names: list[str], inputs) -> tuple[dict[str, float], int]:
+    def estimate(self, kernels: dict, names: list[str], requests: list) -> tuple[dict[str, float], int]:
         """Each kernel's time for one call, and the calls per timed request. A first request of one call
         includes the round trip; where that suggests batching, a request of that many calls, less the median
         of three empty round trips, gives the estimate."""
         backend = self.backend
-        call_ms = {name: backend.time_calls(kernels[name], [inputs]) for name in names}
+        call_ms = {name: backend.time_calls(kernels[name], requests[:1]) for name in names}
         batch = backend.batch_size(min(call_ms.values()))
         if batch > 1:
             round_trip_ms = float(np.median([backend.overhead_ms() or 0.0 for _ in range(3)]))
-            probe = [inputs] + [backend.like(inputs) for _ in range(batch - 1)]
-            call_ms = {name: max(backend.time_calls(kernels[name], probe) - round_trip_ms / batch, 1e-4)
+            self.more_buffers(kernels, names, requests, batch)
+            call_ms = {name: max(backend.time_calls(kernels[name], requests[:batch]) - round_trip_ms / batch, 1e-4)
                        for name in names}
-            for extra in probe[1:]:
-                backend.release(extra)
             batch = backend.batch_size(min(call_ms.values()))
         return call_ms, batch
+
+    def more_buffers(self, kernels: dict, names: list[str], requests: list, count: int) -> None:
+        """At least `count` sets of buffers in `requests`, each new one called once by every kernel before it is
+        timed (a runner maps it, a library prepares its inputs there)."""
+        while len(requests) < count:
+            requests.append(self.backend.like(requests[0]))
+            for name in names:
+                kernels[name](requests[-1])
 
     def full_check(self, inputs) -> None:
         """Every element of a timed call's outputs, against the bound for these inputs (as in verification)."""
@@ -342,22 +360,6 @@ class Worker:
                 self.channel.send("rejected", index=index, error=self.reason(exc))
                 return False
         return must_confirm(medians, self.request)
-
-
-def device_failure(text: str, scenario: str, step: str | None) -> str | None:
-    """One line for a fault the device reported: "illegal memory access in d128-... (during timing of ...)"."""
-    where = f" (during {step})" if step else ""
-    for needle, words in CUDA_FAILURES:
-        if needle in text.lower():
-            return f"{words} in {scenario}{where}" if scenario else f"{words}{where}"
-    return None
-
-
-def readable_failure(exc: BaseException, scenario: str, step: str | None) -> str:
-    """One line for a runtime failure: a device fault as `device_failure` says it, else the exception's."""
-    text = str(exc)
-    first = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
-    return device_failure(text, scenario, step) or f"{type(exc).__name__}: {first}" + (f" (during {step})" if step else "")
 
 
 def main() -> None:

@@ -3,7 +3,8 @@
 #   bash experiments/trusted_timing/cuda_runner_check.sh [TREE] [STEPS]
 # STEPS (comma-separated, default smoke,tests,fa3): smoke = the original on `quick`; tests = the CUDA
 # harness, isolation, trusted-timing and warm-worker tests; fa3 = the Hopper seed against cuDNN on `fa3`;
-# throughput = benchmarks/search_throughput.py (screened copies, as in attention_hopper/RESULTS.md).
+# throughput = benchmarks/search_throughput.py (screened copies, as in attention_hopper/RESULTS.md); events = the
+# seed and cuDNN timed by CUDA events outside the harness (experiments/attention_hopper/wgmma_bench.py).
 # Logs under $OUT/<tree name>; the summary is printed last.
 set -u
 TREE=$(readlink -f "${1:-.}")
@@ -13,7 +14,7 @@ LOGS="$OUT/$NAME"
 mkdir -p "$LOGS"
 mkdir -p /tmp/site && tar xJf "$TREE/.carry/pydeps.tar.xz" -C /tmp/site 2>/dev/null || tar xJf .carry/pydeps.tar.xz -C /tmp/site
 cd "$TREE"
-export PYTHONPATH=/tmp/site:$TREE LITELLM_LOCAL_MODEL_COST_MAP=True
+export PYTHONPATH=/tmp/site:$TREE LITELLM_LOCAL_MODEL_COST_MAP=True COLUMNS=250
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 2>&1
 SUMMARY="$LOGS/summary.txt"
 date -u +"start %Y-%m-%d %H:%M:%S UTC ($NAME: $STEPS)" > "$SUMMARY"
@@ -21,11 +22,11 @@ step() { [[ ",$STEPS," == *",$1,"* ]]; }
 SEEDS=evokernel/builtin_tasks/attention_fwd/seeds
 if step smoke; then
   timeout 150 evokernel check evokernel/builtin_tasks/attention_fwd/original.cu --task attention-fwd --scenarios quick \
-    > "$LOGS/smoke.log" 2>&1
+    --baselines > "$LOGS/smoke.log" 2>&1
   echo "smoke rc $?: $(grep -i 'geomean\|rejected\|error' "$LOGS/smoke.log" | head -3 | tr '\n' ' ')" >> "$SUMMARY"
 fi
 if step tests; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_trusted_timing.py -k cuda tests/test_harness_cuda.py \
+  timeout ${TESTS_S:-300} python3 -m pytest -q -p no:cacheprovider tests/test_trusted_timing.py -k cuda tests/test_harness_cuda.py \
     tests/test_isolation_cuda.py tests/test_warm_worker.py > "$LOGS/gpu_tests.log" 2>&1
   echo "gpu tests rc $?: $(tail -1 "$LOGS/gpu_tests.log")" >> "$SUMMARY"
   grep -E "^(FAILED|ERROR)" "$LOGS/gpu_tests.log" | cut -c1-300 >> "$SUMMARY"
@@ -34,6 +35,23 @@ if step fa3; then
   timeout 200 evokernel check $SEEDS/attention_hopper.cu --task attention-fwd --scenarios fa3 --original cudnn \
     --json "$LOGS/hopper_fa3.json" > "$LOGS/fa3.log" 2>&1
   echo "fa3 rc $?: $(grep -i 'geomean' "$LOGS/fa3.log" | tail -1)" >> "$SUMMARY"
+  python3 - "$LOGS/hopper_fa3.json" >> "$SUMMARY" 2>&1 <<'PY'
+import json, math, sys
+report = json.load(open(sys.argv[1]))
+rows = [(s["name"], s["original_time_ms"], s["speedup"]) for s in report["scenarios"] if s.get("speedup")]
+def gm(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+short = [x for _, ms, x in rows if ms < 0.5]
+long_ = [x for _, ms, x in rows if ms >= 0.5]
+print(f"fa3: geomean {report['geomean_speedup']:.4f}; reference under 0.5 ms: {gm(short):.4f} ({len(short)}), "
+      f"longer: {gm(long_):.4f} ({len(long_)}); worst {min(x for _, _, x in rows):.3f}")
+print("phases: " + ", ".join(f"{k} {v:.1f}" for k, v in report["phase_seconds"].items()))
+PY
+fi
+if step events; then  # an independent timing: the seed and cuDNN by CUDA events in one process (no harness)
+  timeout 200 python3 experiments/attention_hopper/wgmma_bench.py time $SEEDS/attention_hopper.cu --rounds 15 \
+    > "$LOGS/events.log" 2>&1
+  echo "events rc $?: $(grep 'geomean vs cuDNN' "$LOGS/events.log" | head -1)" >> "$SUMMARY"
 fi
 if step throughput; then
   timeout 150 python3 benchmarks/search_throughput.py --task attention-fwd --seed $SEEDS/attention_fa2.cu \
