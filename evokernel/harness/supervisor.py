@@ -272,7 +272,8 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
             if key not in slot.warm:
                 slot.warm[key] = _start(*key)
             slot.warm[key].prepare(warm)  # the next check in this slot most likely asks for the same
-        worker.drain.join(timeout=2)
+        if not reported:  # its last words may explain the failure; a worker that reported everything is not
+            worker.drain.join(timeout=2)  # waited for (its runners' device contexts take seconds to tear down)
         seconds = time.perf_counter() - started
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]
         if failure is None and not reported and worker.proc.returncode not in (0, None):
