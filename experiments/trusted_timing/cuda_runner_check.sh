@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA runner on the H200 (device tool), from a source tree given as $1 (default: the repository root):
 #   bash experiments/trusted_timing/cuda_runner_check.sh [TREE] [STEPS]
-# STEPS (comma-separated, default smoke,tests,fa3): smoke = the original on `quick`; tests = the CUDA
+# STEPS (comma-separated, default smoke,tests,fa3; TESTS= the test files, TESTS_S= their time limit): smoke = the original on `quick`; tests = the CUDA
 # harness, isolation, trusted-timing and warm-worker tests; fa3 = the Hopper seed against cuDNN on `fa3`;
 # throughput = benchmarks/search_throughput.py (screened copies, as in attention_hopper/RESULTS.md); events = the
 # seed and cuDNN timed by CUDA events outside the harness (experiments/attention_hopper/wgmma_bench.py).
@@ -26,8 +26,9 @@ if step smoke; then
   echo "smoke rc $?: $(grep -i 'geomean\|rejected\|error' "$LOGS/smoke.log" | head -3 | tr '\n' ' ')" >> "$SUMMARY"
 fi
 if step tests; then
-  timeout ${TESTS_S:-300} python3 -m pytest -q -p no:cacheprovider tests/test_trusted_timing.py -k cuda tests/test_harness_cuda.py \
-    tests/test_isolation_cuda.py tests/test_warm_worker.py > "$LOGS/gpu_tests.log" 2>&1
+  timeout ${TESTS_S:-300} python3 -m pytest -q -p no:cacheprovider -k cuda \
+    ${TESTS:-tests/test_trusted_timing.py tests/test_harness_cuda.py tests/test_isolation_cuda.py tests/test_warm_worker.py} \
+    > "$LOGS/gpu_tests.log" 2>&1
   echo "gpu tests rc $?: $(tail -1 "$LOGS/gpu_tests.log")" >> "$SUMMARY"
   grep -E "^(FAILED|ERROR)" "$LOGS/gpu_tests.log" | cut -c1-300 >> "$SUMMARY"
 fi
