@@ -181,3 +181,35 @@ def test_a_screened_candidate_near_the_best_is_timed_interleaved():
         assert stale.correct and not stale.reference_reused  # too old: interleaved again
     finally:
         slot.close()
+
+
+def test_a_librarys_slow_first_call_on_a_shape_is_not_taken_for_a_hang(tmp_path, monkeypatch):
+    """A library baseline builds plans or compiles (torch.compile: seconds) at its first call on a shape: that
+    warm-up has time of its own, beyond the step limit that catches a hanging kernel."""
+    from evokernel.harness import profiles
+
+    task_dir = tmp_path / "rmsnorm_slow_library"
+    shutil.copytree("examples/tasks/rmsnorm_cpu", task_dir)
+    source = (task_dir / "task.py").read_text().replace(
+        "from evokernel.harness.task import Scalar, Task, Tensor",
+        "import time\n\nfrom evokernel.harness.task import Baseline, Scalar, Task, Tensor")
+    source += '''
+
+COMPILED = set()
+
+
+def _compile_then_run(arrays, s):
+    if s not in COMPILED:  # the first call on a shape compiles; later ones find it compiled
+        time.sleep(3.0)
+        COMPILED.add(s)
+    return arrays
+
+
+RMSNormCpu.baselines = lambda self: {"slow": Baseline(lambda prepared, s: prepared, prepare=_compile_then_run)}
+'''
+    (task_dir / "task.py").write_text(source)
+    monkeypatch.setitem(profiles.PROFILES, "cpu", dataclasses.replace(profiles.PROFILES["cpu"], min_step_limit_s=1.0))
+    report = check_kernel(task_dir / "original.c", str(task_dir),
+                          CheckOptions(scenario_set="quick", rounds=5, speed_reference="slow"))
+    assert report.correct, report.failure
+    assert all(s.original_time_ms is not None for s in report.scenarios)

@@ -42,6 +42,9 @@ LIMIT_FACTOR = 50.0  # a step may take this many times the original's time befor
 # Sampled elements of a timed call are held to this multiple of the scenario's verification bound (the bound
 # was derived from other inputs; a stale or cached answer is off by far more).
 ROW_BOUND_FACTOR = 2.0
+# A library's first calls on a scenario's shape (torch.compile: 12 s for a small module on 2 CPU cores; cuDNN's
+# plans: about 0.6 s) may take this long whatever the step limit.
+LIBRARY_WARMUP_S = 300.0
 SAMPLED_PER_REQUEST = 2  # calls of a request whose sampled elements are checked (chosen after the reply)
 
 
@@ -71,6 +74,7 @@ class Worker:
                                 self.backend.load(library / "speed_reference.so", self.task.entry, language)
                                 if speed == "file" else baseline_kernel(self.task, speed))
         self.baselines = {name: baseline_kernel(self.task, name) for name in request.baselines}
+        self.built = {"candidate"} | ({"reference"} if speed in BUILT_SPEED_REFERENCES else set())  # write outputs
         self.seed = int(request.seed)
         self.live: deque = deque(maxlen=2)  # this run's buffers and the previous run's (poisoned)
         self.seconds: dict[str, float] = {}  # where the worker's time goes
@@ -79,18 +83,17 @@ class Worker:
         self.current_step = ""
 
     @contextmanager
-    def spent(self, part: str):
-        """Add the time of the block to `part` of the worker's time (reported with its phases)."""
+    def spent(self, part: str):  # the block's time added to `part` of the worker's time (reported with its phases)
         started = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - started
 
-    def step(self, text: str, calls: int = 1) -> None:
+    def step(self, text: str, calls: int = 1, at_least_s: float = 0.0) -> None:
         """Announce a step; the parent kills the worker if the next message takes longer than its limit."""
         self.current_step = text
-        self.channel.send("step", text=text, limit_s=self.limit_s * calls)
+        self.channel.send("step", text=text, limit_s=max(self.limit_s * calls, at_least_s))
 
     def scenario_seed(self, index: int, call: int) -> int:
         return values.mix(self.seed, index, call)
@@ -196,11 +199,10 @@ class Worker:
 
     # -- speed ------------------------------------------------------------------------------
     def time(self, scenario, index: int, bounds: dict[str, float], phase: str) -> float:
-        """Interleaved timed calls, each on inputs no call has seen and poisoned outputs; every call's time
-        goes to the parent as it happens (the parent computes medians and spreads). Screening times the
-        candidate alone. Where the backend times a request of several calls at once (a runner: its round trip
-        would swamp a short kernel), each request holds `batch` calls on inputs of their own, and an empty
-        request timed in every round measures the round trip that the parent takes off."""
+        """Interleaved timed calls, each on inputs no call has seen and poisoned outputs; every call's time goes to
+        the parent as it happens (it computes medians and spreads). Screening times the candidate alone. A request
+        holds `batch` calls on buffers of their own (a runner's round trip would swamp a short kernel), and an
+        empty request timed in every round measures the round trip that the parent takes off."""
         backend, req = self.backend, self.request
         self.step(f"{phase} of {self.scenario_name}")
         base_seed = self.scenario_seed(index, PHASE_CALLS[phase] - 1)
@@ -209,10 +211,7 @@ class Worker:
         kernels = {"candidate": self.candidate} if phase == "screening" else \
             {"candidate": self.candidate, "reference": self.speed_reference, **self.baselines}
         names = [name for name, fn in kernels.items() if getattr(fn, "supports", lambda s: True)(scenario)]
-        writes_output = {"candidate"} | ({"reference"} if req.speed_reference in BUILT_SPEED_REFERENCES else set())
-        for _ in range(req.warmup):
-            for name in names:
-                kernels[name](inputs)
+        self.warm_up(kernels, names, inputs, req.warmup)
         requests = [inputs]  # each call of a request on buffers of its own, made (and warmed) as needed
         call_ms, batch = self.estimate(kernels, names, requests)
         rounds = req.rounds
@@ -248,10 +247,10 @@ class Worker:
                 for position, (number, call_inputs, roll) in enumerate(zip(numbers, requests, rolls)):
                     try:
                         with self.spent("timing: checks"):
-                            if name in writes_output:
+                            if name in self.built:
                                 self.check_output(call_inputs, 0)
                             rows = (self.check_sample(call_inputs, row_bounds, base_seed, roll)
-                                    if position in sampled and name in writes_output else None)
+                                    if position in sampled and name in self.built else None)
                         self.channel.send("call", index=index, call=timing_call(number, kernel_index, phase),
                                           kernel=name, ms=ms, batch=batch, offsets=list(roll), rows=rows,
                                           limit_s=self.limit_s * batch)
@@ -284,12 +283,22 @@ class Worker:
         return call_ms, batch
 
     def more_buffers(self, kernels: dict, names: list[str], requests: list, count: int) -> None:
-        """At least `count` sets of buffers in `requests`, each new one called once by every kernel before it is
-        timed (a runner maps it, a library prepares its inputs there)."""
+        """At least `count` sets of buffers in `requests`, each new one called once by every kernel, untimed."""
         while len(requests) < count:
             requests.append(self.backend.like(requests[0]))
+            self.warm_up(kernels, names, requests[-1], 1)
+
+    def warm_up(self, kernels: dict, names: list[str], inputs, calls: int) -> None:
+        """Every kernel called `calls` times on `inputs`, untimed. A library's first calls on new buffers prepare
+        its inputs, build its plans or compile it (torch.compile: seconds): that step has time of its own."""
+        libraries, resumed = [name for name in names if name not in self.built], self.current_step
+        if libraries:
+            self.step(f"warm-up of {', '.join(libraries)} on {self.scenario_name}", at_least_s=LIBRARY_WARMUP_S)
+        for _ in range(calls):
             for name in names:
-                kernels[name](requests[-1])
+                kernels[name](inputs)
+        if libraries:
+            self.step(resumed)
 
     def full_check(self, inputs) -> None:
         """Every element of a timed call's outputs, against the bound for these inputs (as in verification)."""
