@@ -151,3 +151,16 @@ def test_screened_calls_count_only_against_reused_times(screened):
     outcome, request, _ = screened
     report = verdict(outcome, dataclasses.replace(request, reference_ms=None))
     assert not report.correct and "no timed calls of the candidate" in report.failure
+
+
+def test_every_scenario_carries_sampled_elements_of_a_fixed_number_of_timed_calls(honest):
+    """Sampled elements of SAMPLED_CALLS timed calls a scenario (all of them where there are fewer), whatever
+    the calls per request: the parent checks one of them, chosen after the fact."""
+    from collections import Counter
+
+    from evokernel.harness.worker import SAMPLED_CALLS
+
+    outcome, _, _ = honest
+    calls = [m.data for m in outcome.messages if m.data["type"] == "call" and m.data["kernel"] == "candidate"]
+    per_scenario, with_rows = Counter(c["index"] for c in calls), Counter(c["index"] for c in calls if c["rows"])
+    assert per_scenario and all(with_rows[index] == min(SAMPLED_CALLS, count) for index, count in per_scenario.items())

@@ -6,10 +6,10 @@ happens. Every built kernel runs in a runner process (`runner.py`) and this proc
 code; the parent still re-checks what it can (sampled outputs recomputed from the seeds, times derived from
 the individual calls; see `judge.py`). Nothing is written to or read from the scratch directory.
 
-Timing protocol: before every timed call, new input values (the scenario's inputs rolled along their
-axes by offsets never used before in this scenario) and NaN-poisoned outputs; after it, the guard
-bands, every output element's finiteness and sampled elements against a float64 reference are
-checked, and two calls the kernel cannot predict are verified in full.
+Timing protocol: before every timed call, new input values (the scenario's inputs rolled along their axes by
+offsets never used before in this scenario) and NaN-poisoned outputs; after it, the guard bands and every output
+element's finiteness are checked; sampled elements of 16 calls and the whole output of two, which the kernel
+cannot predict, against a float64 reference.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ ROW_BOUND_FACTOR = 2.0
 # A library's first calls on a scenario's shape (torch.compile: 12 s for a small module on 2 CPU cores; cuDNN's
 # plans: about 0.6 s) may take this long whatever the step limit.
 LIBRARY_WARMUP_S = 300.0
-SAMPLED_PER_REQUEST = 2  # calls of a request whose sampled elements are checked (chosen after the reply)
+# Timed calls a scenario whose sampled elements are checked, drawn at random here (no runner can read which); a
+# kernel that answers a fraction f of its calls from stale work fails these or the full checks with 1 - (1 - f)^18.
+SAMPLED_CALLS = 16
 
 
 class Channel:
@@ -181,8 +183,7 @@ class Worker:
             backend.release(inputs)
 
     def verify(self, scenario, index: int, trials: int) -> tuple[dict, dict]:
-        """Every trial; returns the loosest bound per output (for the sampled checks of timed calls) and the
-        worst trial's errors."""
+        """Every trial; returns the loosest bound per output (for timed calls' sampled checks), the worst errors."""
         worst: dict = {}
         bounds: dict[str, float] = {}
         for trial in range(trials):
@@ -222,6 +223,7 @@ class Worker:
         calls = rounds * batch  # of each kernel
         offsets = values.call_offsets(rolled, base_seed, calls * len(names))
         full_checks = set(random.SystemRandom().sample(range(calls), min(FULL_CHECKS_PER_SCENARIO, calls)))
+        sampled = {name: set(random.SystemRandom().sample(range(calls), min(SAMPLED_CALLS, calls))) for name in names}
         row_bounds = {name: ROW_BOUND_FACTOR * bound for name, bound in bounds.items()}
         self.more_buffers(kernels, names, requests, batch)
         candidate_ms, overhead_ms = [], []
@@ -243,14 +245,13 @@ class Worker:
                         backend.poison_outputs(call_inputs)
                 with self.spent("timing: requests"):
                     ms = backend.time_calls(kernels[name], requests[:batch])
-                sampled = set(random.SystemRandom().sample(range(batch), min(SAMPLED_PER_REQUEST, batch)))
-                for position, (number, call_inputs, roll) in enumerate(zip(numbers, requests, rolls)):
+                for number, call_inputs, roll in zip(numbers, requests, rolls):
                     try:
                         with self.spent("timing: checks"):
                             if name in self.built:
                                 self.check_output(call_inputs, 0)
                             rows = (self.check_sample(call_inputs, row_bounds, base_seed, roll)
-                                    if position in sampled and name in self.built else None)
+                                    if number in sampled[name] and name in self.built else None)
                         self.channel.send("call", index=index, call=timing_call(number, kernel_index, phase),
                                           kernel=name, ms=ms, batch=batch, offsets=list(roll), rows=rows,
                                           limit_s=self.limit_s * batch)
@@ -333,8 +334,7 @@ class Worker:
         self.channel.send("done", seconds={name: round(value, 3) for name, value in self.seconds.items()})
 
     def reason(self, exc: Rejected) -> str:
-        """A rejection's text; where the runner died, with the step it died in (a device fault as the device
-        said it)."""
+        """A rejection's text; where the runner died, with its step (a device fault as the device said it)."""
         if isinstance(exc, RunnerGone):  # (the parent names the scenario)
             return device_failure(str(exc), "", self.current_step) or f"{exc} during {self.current_step}"
         return str(exc)
