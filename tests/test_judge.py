@@ -164,3 +164,12 @@ def test_every_scenario_carries_sampled_elements_of_a_fixed_number_of_timed_call
     calls = [m.data for m in outcome.messages if m.data["type"] == "call" and m.data["kernel"] == "candidate"]
     per_scenario, with_rows = Counter(c["index"] for c in calls), Counter(c["index"] for c in calls if c["rows"])
     assert per_scenario and all(with_rows[index] == min(SAMPLED_CALLS, count) for index, count in per_scenario.items())
+
+
+def test_a_report_says_where_the_checks_time_went_with_each_phases_parts(honest):
+    _, _, report = honest
+    assert {"verification: kernels", "timing: requests", "timing: checks"} <= set(report.phase_seconds)
+    whole = sum(v for k, v in report.phase_seconds.items() if ": " not in k)
+    assert whole <= report.check_seconds + 0.5  # the parts are inside their phases, not added to them
+    summary = report.phase_summary()
+    assert "timing: " not in summary and "verification " in summary and "(kernels " in summary, summary
