@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# Tasks from PyTorch modules on the H200 (device tool): each example module as a CUDA bf16 task with its first
-# kernel, checked against PyTorch eager (the task's `torch` speed reference) on its scaled scenarios.
-#   bash experiments/module_tasks/device_check.sh      # logs and JSON reports under $OUT
+# Tasks from PyTorch modules on the H200 (device tool): each example module as a CUDA bf16 task with a first
+# kernel, checked against PyTorch eager (`torch`) and torch.compile (`compile`) in one run each.
+#   bash experiments/module_tasks/device_check.sh      # logs and JSON reports under $OUT, the table last
+# KERNELS (optional): "task:file.cu ..." pairs; by default every example with a CUDA kernel.
 set -u
 mkdir -p /tmp/site && tar xJf .carry/pydeps.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1
-export LITELLM_LOCAL_MODEL_COST_MAP=True
+export LITELLM_LOCAL_MODEL_COST_MAP=True COLUMNS=250
 date -u +"start %Y-%m-%d %H:%M UTC" > "$OUT/summary.txt"
 rm -rf /tmp/module_tasks && mkdir -p /tmp/module_tasks
-for name in row-softmax linear-bias-gelu; do
-  file=${name//-/_}
-  timeout 120 evokernel task new "$name" --from-module "examples/modules/$file.py" --seed-kernel "examples/modules/$file.cu" \
-    --language cuda -o "/tmp/module_tasks/$name" > "$OUT/$name.new.log" 2>&1
-  echo "$name task new rc $?" >> "$OUT/summary.txt"
-  cp "/tmp/module_tasks/$name/"*.h "$OUT/" 2>/dev/null
-  timeout 200 evokernel check "/tmp/module_tasks/$name/original.cu" --task "/tmp/module_tasks/$name" --scenarios scaled \
-    --original torch --json "$OUT/$name.json" > "$OUT/$name.check.log" 2>&1
-  echo "$name check rc $?" >> "$OUT/summary.txt"
-  tail -8 "$OUT/$name.check.log" | head -7 >> "$OUT/summary.txt"
+KERNELS=${KERNELS:-"row-softmax:row_softmax.cu layernorm:layernorm.cu linear-bias-gelu:linear_bias_gelu.cu
+  linear-bias-gelu:linear_bias_gelu_wmma.cu linear-residual-rmsnorm:linear_residual_rmsnorm.cu"}
+for pair in $KERNELS; do
+  name=${pair%%:*}; kernel=examples/modules/${pair#*:}; label=$(basename "$kernel" .cu)
+  dir=/tmp/module_tasks/$name
+  if [ ! -d "$dir" ]; then  # the task, with the first kernel named for it as its original
+    timeout 120 evokernel task new "$name" --from-module "examples/modules/${name//-/_}.py" --seed-kernel "$kernel" \
+      --language cuda -o "$dir" > "$OUT/$name.new.log" 2>&1
+    echo "$name task new rc $?" >> "$OUT/summary.txt"
+  fi
+  timeout 300 evokernel check "$kernel" --task "$dir" --scenarios scaled --original compile --baselines \
+    --json "$OUT/$label.json" > "$OUT/$label.check.log" 2>&1
+  echo "$label check rc $?: $(grep -i 'geomean\|rejected\|error' "$OUT/$label.check.log" | head -2 | tr '\n' ' ')" \
+    >> "$OUT/summary.txt"
 done
+python3 experiments/module_tasks/table.py "$OUT"/*.json >> "$OUT/summary.txt" 2>&1
 date -u +"end %Y-%m-%d %H:%M UTC" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
