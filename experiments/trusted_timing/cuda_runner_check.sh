@@ -4,7 +4,8 @@
 # STEPS (comma-separated, default smoke,tests,fa3; TESTS= the test files, TESTS_S= their time limit): smoke = the original on `quick`; tests = the CUDA
 # harness, isolation, trusted-timing and warm-worker tests; fa3 = the Hopper seed against cuDNN on `fa3`;
 # throughput = benchmarks/search_throughput.py (screened copies, as in attention_hopper/RESULTS.md); events = the
-# seed and cuDNN timed by CUDA events outside the harness (experiments/attention_hopper/wgmma_bench.py).
+# seed and cuDNN timed by CUDA events outside the harness (experiments/attention_hopper/wgmma_bench.py); best = the
+# question-driven search's best child on `fa3`.
 # Logs under $OUT/<tree name>; the summary is printed last.
 set -u
 TREE=$(readlink -f "${1:-.}")
@@ -48,6 +49,11 @@ print(f"fa3: geomean {report['geomean_speedup']:.4f}; reference under 0.5 ms: {g
       f"longer: {gm(long_):.4f} ({len(long_)}); worst {min(x for _, _, x in rows):.3f}")
 print("phases: " + ", ".join(f"{k} {v:.1f}" for k, v in report["phase_seconds"].items()))
 PY
+fi
+if step best; then  # the question-driven search's best child (attention_hopper/RESULTS.md: 1.087 by events)
+  timeout 200 evokernel check experiments/attention_hopper/question_search/best_kernel_46.cu --task attention-fwd \
+    --scenarios fa3 --original cudnn --json "$LOGS/best_fa3.json" > "$LOGS/best.log" 2>&1
+  echo "best rc $?: $(grep -i 'geomean' "$LOGS/best.log" | tail -1)" >> "$SUMMARY"
 fi
 if step events; then  # an independent timing: the seed and cuDNN by CUDA events in one process (no harness)
   timeout 200 python3 experiments/attention_hopper/wgmma_bench.py time $SEEDS/attention_hopper.cu --rounds 15 \
