@@ -93,7 +93,7 @@ def phase_medians(run_dir: Path) -> dict[str, float | None]:
     device context included), its device context alone (0 when made before the request), verification,
     timing, and the time of an evaluation outside those two (build, worker start, the parent's checks,
     the driver)."""
-    starts, devices, verification, timing, outside = [], [], [], [], []
+    starts, devices, verification, timing, outside, requests, checks = [], [], [], [], [], [], []
     with Store(run_dir, readonly=True) as store:
         for row in store.individuals():
             report = row.report if row.operator != "seed" else None
@@ -103,9 +103,12 @@ def phase_medians(run_dir: Path) -> dict[str, float | None]:
                 starts.append(phases["worker start"] + devices[-1])
                 verification.append(phases.get("verification", 0.0))
                 timing.append(phases.get("timing", 0.0))
+                requests.append(phases.get("timing: requests", 0.0))  # parts of the timing (see `check`)
+                checks.append(phases.get("timing: checks", 0.0))
                 outside.append(row.eval_seconds - verification[-1] - timing[-1])
     columns = {"worker start s": starts, "device start s": devices, "verification s": verification,
-               "timing s": timing, "outside checks s": outside}
+               "timing s": timing, "of which requests s": requests, "of which checks s": checks,
+               "outside checks s": outside}
     return {name: statistics.median(values) if values else None for name, values in columns.items()}
 
 
@@ -176,7 +179,7 @@ def fmt(value, spec: str) -> str:
 
 
 FORMATS = {"worker start s": ".2f", "device start s": ".2f", "verification s": ".2f", "timing s": ".2f",
-           "outside checks s": ".2f", "evals/min": ".1f",
+           "of which requests s": ".2f", "of which checks s": ".2f", "outside checks s": ".2f", "evals/min": ".1f",
            "evals/min/slot": ".1f", "evals/min (steady)": ".1f", "screened": ".0%", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%",
            "wall s": ".1f"}
 
