@@ -13,7 +13,7 @@ from evokernel.harness.build import BuildResult, build, cache_home, show_source_
 from evokernel.harness.judge import judge
 from evokernel.harness.profiles import profile_of
 from evokernel.harness.protocol import CheckRequest
-from evokernel.harness.report import CheckReport
+from evokernel.harness.report import CheckReport, whole_phases_seconds
 from evokernel.harness.runner import build_runner
 from evokernel.harness.sandbox import isolation
 from evokernel.harness.slot import Slot
@@ -152,9 +152,9 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})
     # worker start: process start, runtime import (torch), device context, loading the kernels; a part of a phase
     # ("timing: requests") is inside its phase's time
-    whole = sum(seconds for name, seconds in phases.items() if ": " not in name)
     report.phase_seconds = {"build": report.build_seconds or 0.0,
-                            "worker start": round(max(0.0, outcome.seconds - whole), 3), **phases}
+                            "worker start": round(max(0.0, outcome.seconds - whole_phases_seconds(phases)), 3),
+                            **phases}
     return report
 
 

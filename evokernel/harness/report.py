@@ -81,11 +81,11 @@ class CheckReport:
         (kernels 9.0, references 1.0), timing 11.7 (requests 4.1, inputs 0.2, checks 5.3)"."""
         parts: dict[str, list[str]] = {}
         for name, seconds in self.phase_seconds.items():
-            phase, _, part = name.partition(": ")
+            phase, _, part = name.partition(PART)
             if part:
                 parts.setdefault(phase, []).append(f"{part} {seconds:.1f}")
         return ", ".join(f"{name} {seconds:.1f}" + (f" ({', '.join(parts[name])})" if name in parts else "")
-                         for name, seconds in self.phase_seconds.items() if ": " not in name)
+                         for name, seconds in self.phase_seconds.items() if PART not in name)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +98,14 @@ class CheckReport:
         data = dict(data)
         data["scenarios"] = [ScenarioResult(**s) for s in data.get("scenarios", [])]
         return cls(**data)
+
+
+PART = ": "  # "timing: requests" is a part of the phase "timing" (inside its time, not added to it)
+
+
+def whole_phases_seconds(phases: dict[str, float]) -> float:
+    """The time of the phases themselves, their parts not counted twice."""
+    return sum(seconds for name, seconds in phases.items() if PART not in name)
 
 
 def geomean(values: list[float]) -> float | None:

@@ -7,13 +7,10 @@ reports of `evokernel check KERNEL --task DIR --original compile --baselines` (d
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+from evokernel.harness import geomean
 
 
 def row(path: Path) -> str:
