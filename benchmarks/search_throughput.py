@@ -90,10 +90,11 @@ def steady_state(run_dir: Path, slots: int) -> tuple[float | None, float | None]
 
 def phase_medians(run_dir: Path) -> dict[str, float | None]:
     """Medians over the children's check reports: worker start (what the check waited for its worker,
-    device context included), its device context alone (0 when made before the request), verification,
+    device context included), its device context alone (0 when made before the request), worker end (its
+    processes taken down after the last message), verification,
     timing, and the time of an evaluation outside those two (build, worker start, the parent's checks,
     the driver)."""
-    starts, devices, verification, timing, outside, requests, checks = [], [], [], [], [], [], []
+    starts, ends, devices, verification, timing, outside, requests, checks = [], [], [], [], [], [], [], []
     with Store(run_dir, readonly=True) as store:
         for row in store.individuals():
             report = row.report if row.operator != "seed" else None
@@ -101,12 +102,13 @@ def phase_medians(run_dir: Path) -> dict[str, float | None]:
             if "worker start" in phases and row.eval_seconds:
                 devices.append(phases.get("device start", 0.0))
                 starts.append(phases["worker start"] + devices[-1])
+                ends.append(phases.get("worker end", 0.0))
                 verification.append(phases.get("verification", 0.0))
                 timing.append(phases.get("timing", 0.0))
                 requests.append(phases.get("timing: requests", 0.0))  # parts of the timing (see `check`)
                 checks.append(phases.get("timing: checks", 0.0))
                 outside.append(row.eval_seconds - verification[-1] - timing[-1])
-    columns = {"worker start s": starts, "device start s": devices, "verification s": verification,
+    columns = {"worker start s": starts, "device start s": devices, "worker end s": ends, "verification s": verification,
                "timing s": timing, "of which requests s": requests, "of which checks s": checks,
                "outside checks s": outside}
     return {name: statistics.median(values) if values else None for name, values in columns.items()}
@@ -178,7 +180,7 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None or value != value else format(value, spec)
 
 
-FORMATS = {"worker start s": ".2f", "device start s": ".2f", "verification s": ".2f", "timing s": ".2f",
+FORMATS = {"worker start s": ".2f", "device start s": ".2f", "worker end s": ".2f", "verification s": ".2f", "timing s": ".2f",
            "of which requests s": ".2f", "of which checks s": ".2f", "outside checks s": ".2f", "evals/min": ".1f",
            "evals/min/slot": ".1f", "evals/min (steady)": ".1f", "screened": ".0%", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%",
            "wall s": ".1f"}

@@ -150,11 +150,12 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     if report.correct and request.time and not report.reference_reused and all(ms and ms > 0 for ms in medians):
         slot.reference_times[reference_key] = (time.time(), medians)
     phases = next((m.data.get("seconds", {}) for m in outcome.messages if m.data["type"] == "done"), {})
-    # worker start: process start, runtime import (torch), device context, loading the kernels; a part of a phase
+    # worker start: process start, runtime import (torch), device context, loading the kernels; worker end: the
+    # worker taken down after its last message (its processes' device contexts torn down); a part of a phase
     # ("timing: requests") is inside its phase's time
-    report.phase_seconds = {"build": report.build_seconds or 0.0,
-                            "worker start": round(max(0.0, outcome.seconds - whole_phases_seconds(phases)), 3),
-                            **phases}
+    started_s = outcome.seconds - outcome.end_seconds - whole_phases_seconds(phases)
+    report.phase_seconds = {"build": report.build_seconds or 0.0, "worker start": round(max(0.0, started_s), 3),
+                            **phases, "worker end": round(outcome.end_seconds, 3)}
     return report
 
 

@@ -75,6 +75,7 @@ class WorkerOutcome:
     failure: str | None  # why the worker stopped early (time or memory limit, crash, corrupt channel)
     output: str  # the worker's stdout/stderr (trimmed; shown to people, never parsed)
     seconds: float  # wall time of the worker process
+    end_seconds: float = 0.0  # of which after its last message: taken down (and the slot's next worker prepared)
     isolation: Isolation = field(default_factory=lambda: isolation())
 
     def last_step(self) -> str | None:
@@ -267,6 +268,7 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
         messages, failure = _collect(worker.proc, worker.reader, started, timeout_s, memory_limit_bytes,
                                      start_limit_s)
         reported = bool(messages) and messages[-1].data["type"] == "done"
+        ended = time.perf_counter()
         _end(worker.proc, reported)
         if keep_warm:
             if key not in slot.warm:
@@ -278,7 +280,7 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
         text = bytes(worker.drain.chunks).decode(errors="replace")[-4000:]
         if failure is None and not reported and worker.proc.returncode not in (0, None):
             failure = _exit_reason(worker.proc.returncode, worker.box.enforced)
-        return WorkerOutcome(messages, failure, text, seconds, worker.box)
+        return WorkerOutcome(messages, failure, text, seconds, seconds - (ended - started), worker.box)
     finally:
         worker.discard()
 
