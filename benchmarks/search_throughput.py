@@ -108,7 +108,8 @@ def phase_medians(run_dir: Path) -> dict[str, float | None]:
                 requests.append(phases.get("timing: requests", 0.0))  # parts of the timing (see `check`)
                 checks.append(phases.get("timing: checks", 0.0))
                 outside.append(row.eval_seconds - verification[-1] - timing[-1])
-    columns = {"worker start s": starts, "device start s": devices, "worker end s": ends, "verification s": verification,
+    columns = {"worker start s": starts, "device start s": devices, "worker end s": ends,
+               "verification s": verification,
                "timing s": timing, "of which requests s": requests, "of which checks s": checks,
                "outside checks s": outside}
     return {name: statistics.median(values) if values else None for name, values in columns.items()}
@@ -180,7 +181,8 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None or value != value else format(value, spec)
 
 
-FORMATS = {"worker start s": ".2f", "device start s": ".2f", "worker end s": ".2f", "verification s": ".2f", "timing s": ".2f",
+FORMATS = {"worker start s": ".2f", "device start s": ".2f", "worker end s": ".2f",
+           "verification s": ".2f", "timing s": ".2f",
            "of which requests s": ".2f", "of which checks s": ".2f", "outside checks s": ".2f", "evals/min": ".1f",
            "evals/min/slot": ".1f", "evals/min (steady)": ".1f", "screened": ".0%", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%",
            "wall s": ".1f"}

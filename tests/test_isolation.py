@@ -116,3 +116,17 @@ def test_canary_never_reaches_a_kernel_in_a_run(tmp_path):
     assert secret not in proc.stdout + proc.stderr
     leaked = [str(path) for path in run_dir.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
     assert not leaked, f"the canary is in {leaked}"
+
+
+def test_a_compiler_outside_the_system_folders_is_readable_by_the_worker(tmp_path, monkeypatch):
+    """torch.compile's code and Triton's launchers are compiled in the worker: a C compiler installed under
+    e.g. /opt/gcc must be bound into its sandbox (read-only); one under /usr already is."""
+    from evokernel.harness.sandbox import library_toolchains
+
+    compiler = tmp_path / "gcc-install" / "bin" / "gcc"
+    compiler.parent.mkdir(parents=True)
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    monkeypatch.setenv("CXX", "/usr/bin/env")
+    assert library_toolchains() == [tmp_path / "gcc-install"]

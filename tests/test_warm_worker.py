@@ -234,12 +234,20 @@ def test_the_speed_reference_is_called_on_each_shape_before_the_request_until_it
 
 
 def test_the_next_worker_is_told_the_last_checks_speed_reference_and_scenarios(monkeypatch):
-    told = []
+    told, runners = [], []
     real_prepare = supervisor._Started.prepare
-    monkeypatch.setattr(supervisor._Started, "prepare", lambda self, warm=None: (told.append(warm), real_prepare(self, warm)))
+
+    def prepare(self, warm=None, runner=None):
+        told.append(warm)
+        real_prepare(self, warm, runner=runner)
+        runners.append(runner and (runner.read_bytes(), (self.library / supervisor.RUNNER_NAME).read_bytes()))
+
+    monkeypatch.setattr(supervisor._Started, "prepare", prepare)
     report = check_source(ORIGINAL, TASK, OPTIONS)
     assert report.correct, report.failure
     assert told and told[-1]["speed_reference"] == "original"
+    given, placed = runners[-1]  # and given the kernel runner, to start its runners before its request comes
+    assert given == placed
     assert [TASK.scenario_from(fields) for fields in told[-1]["scenarios"]] == TASK.scenarios("quick")
     check_source(ORIGINAL, TASK, CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, time_kernels=False))
     assert told[-1] is None  # a check that times nothing gives nothing to warm up

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evokernel.harness.languages import LANGUAGES, Language
-from evokernel.harness.sandbox import SCRATCH, run_isolated
+from evokernel.harness.sandbox import SCRATCH, run_isolated, toolchain_dirs
 
 LOG_LIMIT = 6000
 # Where a candidate's source sits while it is compiled: SCRATCH in the sandbox, a build-cache
@@ -42,12 +42,6 @@ def cache_home() -> Path:
 
 def cache_root() -> Path:
     return cache_home() / "build"
-
-
-def toolchain_dirs(compiler: str) -> list[Path]:
-    """The installation a compiler lives in (e.g. /usr/local/cuda-13.0 for nvcc), readable in the sandbox."""
-    found = shutil.which(compiler)
-    return [Path(found).resolve().parents[1]] if found else []
 
 
 def _trim(log: str) -> str:

@@ -92,6 +92,21 @@ def python_paths() -> list[Path]:
     return sorted(paths)
 
 
+def toolchain_dirs(compiler: str) -> list[Path]:
+    """The installation a compiler lives in (e.g. /usr/local/cuda-13.0 for nvcc), readable in the sandbox."""
+    found = shutil.which(compiler)
+    return [Path(found).resolve().parents[1]] if found else []
+
+
+def library_toolchains() -> list[Path]:
+    """The C and C++ compilers' installations where they lie outside the system directories (e.g. /opt/gcc):
+    a library baseline compiles in the worker (torch.compile's generated code, Triton's launchers). Read-only,
+    they give a candidate nothing it lacks: it is native code already."""
+    found = {folder for name, default in (("CC", "gcc"), ("CXX", "g++"))
+             for folder in toolchain_dirs(os.environ.get(name, default))}
+    return sorted(d for d in found if not any(d.is_relative_to(system) for system in SYSTEM_DIRS))
+
+
 def _root_args(devices: bool, readable: list[Path]) -> list[str]:
     args = ["--size", str(TMP_BYTES), "--tmpfs", "/tmp"]  # first: a path under /tmp may be bound below
     for directory in SYSTEM_DIRS:

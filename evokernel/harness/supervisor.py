@@ -25,8 +25,8 @@ from pathlib import Path
 from evokernel.harness import jit_cache
 from evokernel.harness.protocol import CheckRequest
 from evokernel.harness.runner import BINARY_NAME as RUNNER_NAME
-from evokernel.harness.sandbox import (SCRATCH, Isolation, bwrap_command, clean_environment, isolation, limit_files,
-                                       python_paths)
+from evokernel.harness.sandbox import (SCRATCH, Isolation, bwrap_command, clean_environment, isolation,
+                                       library_toolchains, limit_files, python_paths)
 from evokernel.harness.slot import Slot
 from evokernel.harness.task import BUILT_SPEED_REFERENCES
 
@@ -130,12 +130,22 @@ class _Started:
     drain: _Drain
     box: Isolation
 
-    def prepare(self, warm: dict | None = None, then_exit: bool = False) -> None:
-        """Make the device context now (call only when no check is timing on this worker's device), then
-        call the library speed reference `warm` names on its scenarios until the request comes (see
-        `worker_start.warm_speed_reference`); with `then_exit`, on every scenario, and exit without a request."""
+    def place_runner(self, runner: Path) -> Path:
+        """The kernel runner copied into the worker's library folder (once); returns its path inside."""
+        placed = self.library / RUNNER_NAME
+        if not placed.exists():
+            shutil.copyfile(runner, placed)
+            placed.chmod(0o555)
+        return self.inside_library / RUNNER_NAME
+
+    def prepare(self, warm: dict | None = None, then_exit: bool = False, runner: Path | None = None) -> None:
+        """Make the device context now (call only when no check is timing on this worker's device), start the
+        kernel runners ahead where `runner` is given, then call the library speed reference `warm` names on its
+        scenarios until the request comes (see `worker_start.warm_speed_reference`); with `then_exit`, on every
+        scenario, and exit without a request."""
         try:
-            message = {"type": "prepare", "warm": warm, "then_exit": then_exit}
+            message = {"type": "prepare", "warm": warm, "then_exit": then_exit,
+                       "runner": str(self.place_runner(runner)) if runner else None}
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
@@ -179,7 +189,8 @@ def _start(backend: str, devices: bool, task_dir: Path) -> _Started:
     if box.enforced:
         inside_library = Path("/evk/lib")
         package = Path(evokernel.__file__).resolve().parent
-        readable = python_paths() + ([] if task_dir.resolve().is_relative_to(package) else [task_dir.resolve()])
+        readable = python_paths() + library_toolchains() + ([] if task_dir.resolve().is_relative_to(package)
+                                                             else [task_dir.resolve()])
         command = bwrap_command(argv, scratch, readable, devices)
         command[-len(argv) - 1:-len(argv) - 1] = ["--ro-bind", str(library), str(inside_library)]
         env["HOME"] = str(SCRATCH)
@@ -256,8 +267,7 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
             shutil.copyfile(path, worker.library / f"{name}.so")
             (worker.library / f"{name}.so").chmod(0o555)
         if runner is not None:
-            shutil.copyfile(runner, worker.library / RUNNER_NAME)
-            (worker.library / RUNNER_NAME).chmod(0o555)
+            worker.place_runner(runner)
         request = dataclasses.replace(request, library=str(worker.inside_library), self_destruct_s=timeout_s + 10)
         started = time.perf_counter()
         try:
@@ -273,7 +283,7 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
         if keep_warm:
             if key not in slot.warm:
                 slot.warm[key] = _start(*key)
-            slot.warm[key].prepare(warm)  # the next check in this slot most likely asks for the same
+            slot.warm[key].prepare(warm, runner=runner)  # the next check in this slot most likely asks the same
         if not reported:  # its last words may explain the failure; a worker that reported everything is not
             worker.drain.join(timeout=2)  # waited for (its runners' device contexts take seconds to tear down)
         seconds = time.perf_counter() - started

@@ -12,6 +12,7 @@ import select
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from evokernel.harness.protocol import CheckRequest
 from evokernel.harness.task import Task
@@ -88,6 +89,8 @@ def read_request(backend_module, task: Task, seconds: dict):
     prepare = json.loads(line)
     if prepare.get("type") == "prepare":
         backend = backend_module.Backend()
+        if prepare.get("runner") and hasattr(backend, "start_runners"):
+            backend.start_runners(Path(prepare["runner"]))
         if prepare.get("warm"):
             warm_speed_reference(backend, task, prepare["warm"],
                                  (lambda: False) if prepare.get("then_exit") else stdin.waiting)

@@ -61,9 +61,9 @@ if step events; then  # an independent timing: the seed and cuDNN by CUDA events
   echo "events rc $?: $(grep 'geomean vs cuDNN' "$LOGS/events.log" | head -1)" >> "$SUMMARY"
 fi
 if step throughput; then
-  timeout 150 python3 benchmarks/search_throughput.py --task attention-fwd --seed $SEEDS/attention_fa2.cu \
+  timeout 200 python3 benchmarks/search_throughput.py --task attention-fwd --seed $SEEDS/attention_fa2.cu \
     --scenarios fa3-2k --speed-reference cudnn --max-parallel 1 --faster-seed $SEEDS/attention_hopper.cu \
-    --evaluations 10 --slow-evaluations 0 > "$LOGS/throughput.log" 2>&1
+    --evaluations 14 --slow-evaluations 0 > "$LOGS/throughput.log" 2>&1
   echo "throughput rc $?" >> "$SUMMARY"
   grep -A4 "evals/min" "$LOGS/throughput.log" | head -8 >> "$SUMMARY"
 fi

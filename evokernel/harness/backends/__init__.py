@@ -7,7 +7,8 @@ any of them), poisons the outputs, passes everything in one struct to the entry 
 call. Each backend module defines a class `Backend` with the methods the worker calls:
 `device_name`, `load`, `make_inputs`, `like`, `roll_inputs`, `gather`, `guards_intact`, `snapshot`,
 `unchanged`, `poison_outputs`, `run`, `batch_size`, `time_calls`, `overhead_ms`, `count_nonfinite`, `max_abs_diff`,
-`relative_error`, `release`. A new device kind is one new file.
+`relative_error`, `release`, and where its runners are worth starting ahead, `start_runners`. A new device
+kind is one new file.
 """
 
 from __future__ import annotations

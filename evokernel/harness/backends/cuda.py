@@ -116,11 +116,12 @@ class SampledRead:
 class RunnerKernel:
     """A built kernel loaded by a CUDA runner beside the worker: called on the worker's device buffers (the
     runner maps each call's allocation once), timed by the worker's clock. The runner starts at once and loads
-    the kernel at its first call, so that runners' CUDA start-ups overlap."""
+    the kernel at its first call, so that runners' CUDA start-ups overlap (a waiting worker's runners have
+    started before its request: `Backend.start_runners`)."""
 
-    def __init__(self, path: Path, symbol: str, binary: Path, positions: torch.Generator) -> None:
+    def __init__(self, path: Path, symbol: str, runner: Runner, positions: torch.Generator) -> None:
         self.path, self.symbol, self.positions = Path(path), symbol, positions
-        self.runner = Runner(binary, STRUCT_ARENA_BYTES, cuda=True)
+        self.runner = runner
         self.loaded = False
         self.mapped: dict[int, tuple[int, weakref.ref]] = {}  # DeviceMemory serial -> its address in the runner
 
@@ -166,6 +167,7 @@ class Backend:
         self.driver = ctypes.CDLL("libcuda.so.1")
         self.slack_cycles = LAUNCH_SLACK_CYCLES
         self.empty_runner: Runner | None = None  # loads no kernel: its requests' round trip is taken off
+        self.spare_runners: list[Runner] = []  # started ahead, no kernel loaded yet
         self.positions = torch.Generator(device="cuda")  # of sampled reads: no runner can know its seed
         self.positions.manual_seed(random.SystemRandom().getrandbits(63))
         self.null_read = SampledRead([self.flush[:1 << 20]], self.positions)
@@ -186,11 +188,19 @@ class Backend:
                                             smem_bytes and f"{smem_bytes // 1024} KiB shared memory per SM") if part)
         return f"{torch.cuda.get_device_name()} ({where})"
 
+    def start_runners(self, binary: Path, count: int = 3) -> None:
+        """Start `count` runners now (the candidate's, the original's and the empty one): a worker waiting for
+        its request pays their CUDA start-up, about 0.1-0.2 s each, before its check's clock runs."""
+        self.spare_runners += [Runner(binary, STRUCT_ARENA_BYTES, cuda=True) for _ in range(count)]
+
+    def _runner(self, binary: Path) -> Runner:
+        return self.spare_runners.pop(0) if self.spare_runners else Runner(binary, STRUCT_ARENA_BYTES, cuda=True)
+
     def load(self, path, symbol: str, language) -> RunnerKernel:
         binary = Path(path).parent / BINARY_NAME
         if self.empty_runner is None:
-            self.empty_runner = Runner(binary, 0, cuda=True)
-        return RunnerKernel(path, symbol, binary, self.positions)
+            self.empty_runner = self._runner(binary)
+        return RunnerKernel(path, symbol, self._runner(binary), self.positions)
 
     def _allocate(self, arguments: list, dtype: torch.dtype) -> tuple[DeviceMemory, dict, dict]:
         """Guarded buffers (and the views of their tensors) for one call, in an allocation of its own."""
