@@ -327,8 +327,7 @@ def test_an_index_input_s_range_is_declared_or_the_sample_s_and_its_values_stay_
     assert inspect_module(module, "c", "float32").index_inputs == {"k": ("int", 6)}  # the sample's largest + 1
     module.write_text(with_second_input("torch.tensor([0, 5, 2])") + "\nindex_ranges = {'k': 9}\n")
     assert inspect_module(module, "c", "float32").index_inputs == {"k": ("int64", 9)}
-    with pytest.raises(BadInput, match="input k holds indices: a cuda task takes floating-point inputs only"):
-        inspect_module(module, "cuda", "bfloat16")
+    assert inspect_module(module, "cuda", "bfloat16").index_inputs == {"k": ("int64", 9)}  # bf16 floats, int64 k
     drawn = values.numpy_input(Indices(9), np.arange(900).reshape(30, 30), 7, "shifted")
     assert drawn.dtype == np.int64 and set(np.unique(drawn)) == set(range(9))
 
@@ -365,3 +364,27 @@ def test_torch_compile_is_a_speed_reference_that_says_in_one_line_why_it_cannot_
                                  "No working C++ compiler found")
     out = compiled.run(compiled.prepare(arrays, scenario), scenario)
     assert np.allclose(out.numpy(), task.reference(arrays, scenario, precise=False)["out"], atol=1e-5)
+
+
+CUDA_EXAMPLES = [("row-softmax", "row_softmax.cu"), ("layernorm", "layernorm.cu"),
+                 ("linear-bias-gelu", "linear_bias_gelu.cu"), ("linear-bias-gelu", "linear_bias_gelu_wmma.cu"),
+                 ("linear-residual-rmsnorm", "linear_residual_rmsnorm.cu"), ("embedding-gather", "embedding_gather.cu")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, kernel", CUDA_EXAMPLES)
+def test_each_cuda_example_s_first_kernel_passes_its_task_made_from_the_module(tmp_path, name, kernel):
+    """The bf16 CUDA tasks `task new` writes from the example modules (weights and an int64 index input as
+    inputs of the ABI) take their first kernels; an index read off by one is caught."""
+    result = new_task(tmp_path, name, MODULES / f"{name.replace('-', '_')}.py", MODULES / kernel, "--language", "cuda")
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["check", str(MODULES / kernel), "--task", str(tmp_path / name), "--no-time",
+                                       "--json", str(report)])
+    assert result.exit_code == 0 and json.loads(report.read_text())["correct"], result.output
+    if name == "embedding-gather":
+        shifted = tmp_path / "shifted.cu"
+        shifted.write_text((MODULES / kernel).read_text().replace("index[token] * dim",
+                                                                  "((index[token] + 1) % 1000) * dim"))
+        result = CliRunner().invoke(main, ["check", str(shifted), "--task", str(tmp_path / name), "--no-time"])
+        assert result.exit_code == 1 and "max error" in result.output, result.output

@@ -122,8 +122,6 @@ def _index_inputs(path: Path, module, inputs: dict, language: str) -> dict[str, 
     for name, value in integers.items():
         if value.dtype not in ctypes:
             raise BadInput(f"{path}: input {name} is a {value.dtype} tensor: an index input is int64 or int32")
-        if language != "c":
-            raise BadInput(f"{path}: input {name} holds indices: a {language} task takes floating-point inputs only")
         found[name] = (ctypes[value.dtype], declared.get(name, int(value.max()) + 1 if value.numel() else 0))
         if found[name][1] < 1:
             raise BadInput(f"{path}: no range for index input {name}: declare {INDEX_RANGES} = {{'{name}': HIGH}} "

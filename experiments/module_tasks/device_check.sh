@@ -10,7 +10,8 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True COLUMNS=250
 date -u +"start %Y-%m-%d %H:%M UTC" > "$OUT/summary.txt"
 rm -rf /tmp/module_tasks && mkdir -p /tmp/module_tasks
 KERNELS=${KERNELS:-"row-softmax:row_softmax.cu layernorm:layernorm.cu linear-bias-gelu:linear_bias_gelu.cu
-  linear-bias-gelu:linear_bias_gelu_wmma.cu linear-residual-rmsnorm:linear_residual_rmsnorm.cu"}
+  linear-bias-gelu:linear_bias_gelu_wmma.cu linear-residual-rmsnorm:linear_residual_rmsnorm.cu
+  embedding-gather:embedding_gather.cu"}
 for pair in $KERNELS; do
   name=${pair%%:*}; kernel=examples/modules/${pair#*:}; label=$(basename "$kernel" .cu)
   dir=/tmp/module_tasks/$name

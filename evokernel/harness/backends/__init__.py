@@ -69,4 +69,5 @@ def parameter_struct(arguments: list[Tensor | Scalar], pointer_of) -> ctypes.Str
 def poison(buffer) -> float:
     """What a released buffer is filled with, so that a kernel that kept a pointer reads no stale answer: NaN,
     or -1 in an index input's buffer."""
-    return float("nan") if buffer.dtype.kind == "f" else -1
+    floating = buffer.is_floating_point() if hasattr(buffer, "is_floating_point") else buffer.dtype.kind == "f"
+    return float("nan") if floating else -1  # (a torch tensor, or a numpy array)

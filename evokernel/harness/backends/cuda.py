@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, parameter_struct
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, parameter_struct, poison
 from evokernel.harness.protocol import MAX_BATCH, Rejected
 from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
@@ -35,6 +35,7 @@ FLUSH_BYTES = 256 << 20
 LAUNCH_SLACK_CYCLES = 100_000  # about 50 us
 MAX_LAUNCH_SLACK_CYCLES = 1 << 25
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+INDEX_DTYPES = {"int64": torch.int64, "int": torch.int32}  # of index inputs (`Indices.ctype`)
 ALLOCATION_ALIGN = 256  # bytes, each tensor's start in its call's allocation
 STRUCT_ARENA_BYTES = 64 << 10  # a CUDA runner's arena holds parameter structs only
 SAMPLED_AFTER_REPLY = 1024  # output elements the worker reads before its clock stops
@@ -81,6 +82,11 @@ class DeviceMemory:
     @staticmethod
     def bytes_for(sizes: list[tuple[int, torch.dtype]]) -> int:
         return sum(_aligned(length * dtype.itemsize) for length, dtype in sizes)
+
+
+def _canary(buffer: torch.Tensor) -> torch.Tensor:
+    """CANARY as `buffer` holds it (1234 in an index input's)."""
+    return torch.tensor(CANARY, device=buffer.device).to(buffer.dtype)
 
 
 def _aligned(nbytes: int) -> int:
@@ -203,9 +209,10 @@ class Backend:
         return RunnerKernel(path, symbol, self._runner(binary), self.positions)
 
     def _allocate(self, arguments: list, dtype: torch.dtype) -> tuple[DeviceMemory, dict, dict]:
-        """Guarded buffers (and the views of their tensors) for one call, in an allocation of its own."""
+        """Guarded buffers (and the views of their tensors) for one call, in an allocation of its own; an index
+        input's of its integer type, every other of `dtype`."""
         tensors = [a for a in arguments if isinstance(a, Tensor)]
-        sizes = [(t.size + 2 * GUARD_ELEMENTS, dtype) for t in tensors]
+        sizes = [(t.size + 2 * GUARD_ELEMENTS, INDEX_DTYPES[t.indices.ctype] if t.indices else dtype) for t in tensors]
         memory = DeviceMemory(self.driver, DeviceMemory.bytes_for(sizes))
         guarded = dict(zip((t.name for t in tensors), memory.tensors(sizes)))
         arrays = {t.name: guarded[t.name][GUARD_ELEMENTS:GUARD_ELEMENTS + t.size].view(t.shape) for t in tensors}
@@ -221,8 +228,9 @@ class Backend:
                 view.fill_(float("nan"))
             else:
                 index = torch.arange(tensor.size, dtype=torch.int64, device="cuda")
-                drawn = values.draw(index, values.tensor_seed(seed, position), distribution,
-                                    lambda x: x.to(torch.float32))
+                drawn = (values.draw_indices(index, values.tensor_seed(seed, position), tensor.indices.high)
+                         if tensor.indices else values.draw(index, values.tensor_seed(seed, position), distribution,
+                                                            lambda x: x.to(torch.float32)))
                 view.copy_(drawn.view(tensor.shape))  # rounds to the dtype (nearest even), as the parent does
                 position += 1
                 del index, drawn
@@ -230,7 +238,7 @@ class Backend:
 
     def like(self, inputs: Inputs) -> Inputs:
         """New buffers for the same call (their values are set before use: rolled inputs, poisoned outputs)."""
-        dtype = next(iter(inputs.guarded.values())).dtype
+        dtype = next(inputs.guarded[a.name].dtype for a in inputs.arguments if isinstance(a, Tensor) and not a.indices)
         memory, arrays, guarded = self._allocate(inputs.arguments, dtype)
         for name, buffer in inputs.guarded.items():
             guarded[name].copy_(buffer)
@@ -248,8 +256,8 @@ class Backend:
 
     def guards_intact(self, inputs: Inputs) -> str | None:
         """Name of the first tensor whose guard bands changed (a write out of bounds), else None."""
-        bands = torch.stack([torch.cat([b[:GUARD_ELEMENTS], b[-GUARD_ELEMENTS:]]) for b in inputs.guarded.values()])
-        broken = (bands != CANARY).any(dim=1).tolist()
+        broken = torch.stack([(torch.cat([b[:GUARD_ELEMENTS], b[-GUARD_ELEMENTS:]]) != _canary(b)).any()
+                              for b in inputs.guarded.values()]).tolist()  # one read for all of them
         return next((name for name, bad in zip(inputs.guarded, broken) if bad), None)
 
     def snapshot(self, inputs: Inputs) -> dict:
@@ -324,5 +332,5 @@ class Backend:
 
     def release(self, inputs: Inputs) -> None:
         for buffer in inputs.guarded.values():
-            buffer.fill_(float("nan"))  # a kernel that reads freed memory later reads NaN
+            buffer.fill_(poison(buffer))  # a kernel that reads freed memory later reads NaN (or -1)
         torch.cuda.synchronize()
