@@ -66,7 +66,7 @@ def inspect_module(path: Path, language: str, dtype: str) -> ModuleSignature:
     names = [p for p in inspect.signature(module.Model.forward).parameters if p != "self"][:len(inputs)]
     if len(names) != len(inputs) or not inputs:
         raise BadInput(f"{path}: Model.forward takes {len(names)} tensors but get_inputs() gives {len(inputs)}")
-    index_inputs = _index_inputs(path, module, dict(zip(names, inputs)), language)
+    index_inputs = _index_inputs(path, module, dict(zip(names, inputs)))
     model = _called(path, "Model(*get_init_inputs())", lambda: build_model(module, torch.float32))
     parameters = {name.replace(".", "_"): (name, tuple(p.shape)) for name, p in model.named_parameters()}
     clash = set(parameters) & set(names)
@@ -109,7 +109,7 @@ def _called(path: Path, what: str, call: Callable):
         raise BadInput(f"{path}: {what} fails: {first_line(exc)}") from None
 
 
-def _index_inputs(path: Path, module, inputs: dict, language: str) -> dict[str, tuple[str, int]]:
+def _index_inputs(path: Path, module, inputs: dict) -> dict[str, tuple[str, int]]:
     """Each integer input's type and range (see the module's docstring); BadInput for any other non-float input."""
     ctypes = {getattr(torch_module(), name): ctype for ctype, name in INDEX_TORCH_TYPES.items()}
     declared = getattr(module, INDEX_RANGES, {})
