@@ -1,53 +1,100 @@
 // A tensor-core kernel for `evokernel task new linear-bias-gelu --from-module examples/modules/linear_bias_gelu.py
-// --language cuda`: out = GELU(x W^T + b) in one launch. Each block computes a 32 x 64 tile of the output with
-// four warps (16 x 32 each, bf16 WMMA with fp32 accumulators), staging 32-wide slices of x and W in shared
-// memory; the epilogue adds the bias and applies the exact (erf) GELU in fp32 before the one bf16 store.
+// --language cuda`: out = GELU(x W^T + b) in one launch. Each block computes a 32 x 32 tile of the output with
+// four warps (16 x 16 each, bf16 WMMA with fp32 accumulators) over 128-wide slices of x and W. The problem is
+// small (256 x 256 x 512), so the kernel is bound by memory latency, not arithmetic: every thread issues all its
+// loads of a slice at once (16-byte vectors into registers) and the next slice's loads are in flight while the
+// tensor cores work on the current one. The epilogue adds the bias and applies the exact (erf) GELU in fp32.
 #include <mma.h>
 
 #include "evk_linear_bias_gelu.h"
 
 using namespace nvcuda;
 
-constexpr int TILE_M = 32, TILE_N = 64, TILE_K = 32, THREADS = 128;
-constexpr int PAD = 8;  // shared rows of TILE_K + PAD bf16: a multiple of 8 elements, as WMMA needs
+constexpr int TILE_M = 32, TILE_N = 32, TILE_K = 128, THREADS = 128;
+constexpr int PAD = 8;  // shared rows of TILE_K + PAD bf16: 16-byte aligned, a multiple of 8 elements (WMMA)
+constexpr int VEC = 8;  // bf16 elements in one 16-byte load
+constexpr int A_LOADS = TILE_M * TILE_K / VEC / THREADS, B_LOADS = TILE_N * TILE_K / VEC / THREADS;
+static_assert(A_LOADS * VEC * THREADS == TILE_M * TILE_K && B_LOADS * VEC * THREADS == TILE_N * TILE_K, "tiles");
+
+// Eight consecutive elements of row `row` from column `k`, zero outside the matrix; one 16-byte load where the
+// rows are 16-byte aligned (`vectors`), else element by element.
+static __device__ uint4 load_eight(const __nv_bfloat16* matrix, long long row, long long rows, long long k,
+                                   long long inner, bool vectors) {
+  if (row >= rows) return make_uint4(0, 0, 0, 0);
+  const __nv_bfloat16* at = matrix + row * inner + k;
+  if (vectors && k + VEC <= inner) return *reinterpret_cast<const uint4*>(at);
+  unsigned int words[VEC / 2];
+  for (int j = 0; j < VEC / 2; ++j) {
+    const unsigned int low = k + 2 * j < inner ? __bfloat16_as_ushort(at[2 * j]) : 0u;
+    const unsigned int high = k + 2 * j + 1 < inner ? __bfloat16_as_ushort(at[2 * j + 1]) : 0u;
+    words[j] = low | high << 16;
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// One slice of x (rows row0...) and of W (rows col0...), columns k0 to k0 + TILE_K, in this thread's registers.
+struct Slice {
+  uint4 a[A_LOADS], b[B_LOADS];
+};
+
+static __device__ void load_slice(Slice& slice, const __nv_bfloat16* x, const __nv_bfloat16* weight, long long row0,
+                                  long long col0, long long k0, long long rows, long long inner, long long columns,
+                                  bool vectors) {
+#pragma unroll
+  for (int i = 0; i < A_LOADS; ++i) {
+    const int at = threadIdx.x + i * THREADS, r = at / (TILE_K / VEC), k = at % (TILE_K / VEC) * VEC;
+    slice.a[i] = load_eight(x, row0 + r, rows, k0 + k, inner, vectors);
+  }
+#pragma unroll
+  for (int i = 0; i < B_LOADS; ++i) {
+    const int at = threadIdx.x + i * THREADS, n = at / (TILE_K / VEC), k = at % (TILE_K / VEC) * VEC;
+    slice.b[i] = load_eight(weight, col0 + n, columns, k0 + k, inner, vectors);
+  }
+}
+
+static __device__ void store_slice(const Slice& slice, __nv_bfloat16 (*a_tile)[TILE_K + PAD],
+                                   __nv_bfloat16 (*b_tile)[TILE_K + PAD]) {
+#pragma unroll
+  for (int i = 0; i < A_LOADS; ++i) {
+    const int at = threadIdx.x + i * THREADS;
+    *reinterpret_cast<uint4*>(&a_tile[at / (TILE_K / VEC)][at % (TILE_K / VEC) * VEC]) = slice.a[i];
+  }
+#pragma unroll
+  for (int i = 0; i < B_LOADS; ++i) {
+    const int at = threadIdx.x + i * THREADS;
+    *reinterpret_cast<uint4*>(&b_tile[at / (TILE_K / VEC)][at % (TILE_K / VEC) * VEC]) = slice.b[i];
+  }
+}
 
 __global__ void __launch_bounds__(THREADS) linear_bias_gelu(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                                                              const __nv_bfloat16* bias, __nv_bfloat16* out,
-                                                             long long rows, long long inner, long long columns) {
+                                                             long long rows, long long inner, long long columns,
+                                                             bool vectors) {
   __shared__ __align__(32) __nv_bfloat16 a_tile[TILE_M][TILE_K + PAD];
   __shared__ __align__(32) __nv_bfloat16 b_tile[TILE_N][TILE_K + PAD];
   __shared__ __align__(32) float c_tile[TILE_M][TILE_N + 4];
   const long long row0 = blockIdx.y * (long long)TILE_M, col0 = blockIdx.x * (long long)TILE_N;
   const int warp = threadIdx.x / 32, warp_m = warp / 2, warp_n = warp % 2;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
-  wmma::fill_fragment(acc[0], 0.0f);
-  wmma::fill_fragment(acc[1], 0.0f);
-  const __nv_bfloat16 zero = __float2bfloat16(0.0f);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  Slice next;
+  load_slice(next, x, weight, row0, col0, 0, rows, inner, columns, vectors);
   for (long long k0 = 0; k0 < inner; k0 += TILE_K) {
-    for (int i = threadIdx.x; i < TILE_M * TILE_K; i += THREADS) {  // x[row0 + r][k0 + k], zero outside
-      const int r = i / TILE_K, k = i % TILE_K;
-      const bool inside = row0 + r < rows && k0 + k < inner;
-      a_tile[r][k] = inside ? x[(row0 + r) * inner + k0 + k] : zero;
-    }
-    for (int i = threadIdx.x; i < TILE_N * TILE_K; i += THREADS) {  // W[col0 + n][k0 + k], zero outside
-      const int n = i / TILE_K, k = i % TILE_K;
-      const bool inside = col0 + n < columns && k0 + k < inner;
-      b_tile[n][k] = inside ? weight[(col0 + n) * inner + k0 + k] : zero;
-    }
+    store_slice(next, a_tile, b_tile);
     __syncthreads();
+    if (k0 + TILE_K < inner)  // the next slice's loads fly while the tensor cores work on this one
+      load_slice(next, x, weight, row0, col0, k0 + TILE_K, rows, inner, columns, vectors);
+#pragma unroll
     for (int kk = 0; kk < TILE_K; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;  // W's rows: W^T's columns
       wmma::load_matrix_sync(a, &a_tile[warp_m * 16][kk], TILE_K + PAD);
-      for (int j = 0; j < 2; ++j) {  // W's rows are the columns of W^T: a column-major B
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-        wmma::load_matrix_sync(b, &b_tile[warp_n * 32 + j * 16][kk], TILE_K + PAD);
-        wmma::mma_sync(acc[j], a, b, acc[j]);
-      }
+      wmma::load_matrix_sync(b, &b_tile[warp_n * 16][kk], TILE_K + PAD);
+      wmma::mma_sync(acc, a, b, acc);
     }
     __syncthreads();
   }
-  for (int j = 0; j < 2; ++j)
-    wmma::store_matrix_sync(&c_tile[warp_m * 16][warp_n * 32 + j * 16], acc[j], TILE_N + 4, wmma::mem_row_major);
+  wmma::store_matrix_sync(&c_tile[warp_m * 16][warp_n * 16], acc, TILE_N + 4, wmma::mem_row_major);
   __syncthreads();
   for (int i = threadIdx.x; i < TILE_M * TILE_N; i += THREADS) {
     const int r = i / TILE_N, n = i % TILE_N;
@@ -59,8 +106,11 @@ __global__ void __launch_bounds__(THREADS) linear_bias_gelu(const __nv_bfloat16*
 }
 
 int evk_linear_bias_gelu(const evk_linear_bias_gelu_params* p, cudaStream_t stream) {
+  // 16-byte loads need 16-byte aligned rows: both matrices' starts, and rows a multiple of 8 elements long
+  const bool vectors = p->x_d1 % VEC == 0 && reinterpret_cast<unsigned long long>(p->x) % 16 == 0 &&
+                       reinterpret_cast<unsigned long long>(p->linear_weight) % 16 == 0;
   const dim3 grid((unsigned)((p->linear_weight_d0 + TILE_N - 1) / TILE_N), (unsigned)((p->x_d0 + TILE_M - 1) / TILE_M));
   linear_bias_gelu<<<grid, THREADS, 0, stream>>>(p->x, p->linear_weight, p->linear_bias, p->out, p->x_d0, p->x_d1,
-                                                 p->linear_weight_d0);
+                                                 p->linear_weight_d0, vectors);
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
