@@ -61,3 +61,30 @@ def test_torch_and_numpy_draw_the_same_inputs(distribution):
     rounded = torch.from_numpy(by_torch).to(torch.bfloat16).float().numpy()
     assert np.array_equal(values.round_to_bfloat16(by_numpy).view(np.uint32), rounded.view(np.uint32))
     assert abs(float(by_numpy.std()) - (2.0 if distribution == "shifted" else 1.0)) < 0.01
+
+
+def test_both_backends_read_a_request_s_faults_alike_index_buffers_included():
+    """A timed request's calls are checked from one read of the device: each call's first broken guard band and
+    its outputs' non-finite counts, the same on both backends (an index buffer's canary is 1234, not 1234.5)."""
+    from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, cpu, cuda
+    from evokernel.harness.task import Indices, Tensor
+
+    arguments = [Tensor("index", (8,), indices=Indices(5)), Tensor("x", (16,)), Tensor("out", (16,), output=True)]
+    dtypes = {"index": np.int64, "x": np.float32, "out": np.float32}
+
+    def call(broken: str | None, nans: int) -> Inputs:
+        guarded = {t.name: np.full(t.size + 2 * GUARD_ELEMENTS, CANARY, dtype=dtypes[t.name]) for t in arguments}
+        arrays = {name: buffer[GUARD_ELEMENTS:-GUARD_ELEMENTS] for name, buffer in guarded.items()}
+        arrays["out"][:] = 1.0
+        arrays["out"][:nans] = np.nan
+        if broken:
+            guarded[broken][-1] = 0
+        return Inputs(None, arguments, arrays, guarded)
+
+    calls = [call(None, 0), call("x", 0), call(None, 2), call("index", 1)]
+    as_tensors = [Inputs(None, arguments, {n: torch.from_numpy(a) for n, a in c.arrays.items()},
+                         {n: torch.from_numpy(b) for n, b in c.guarded.items()}) for c in calls]
+    host = cpu.Backend.__new__(cpu.Backend).faults(calls)
+    device = cuda.Backend.__new__(cuda.Backend).faults(as_tensors)
+    assert host == device
+    assert [(f.broken_guard, f.nonfinite["out"]) for f in host] == [(None, 0), ("x", 0), (None, 2), ("index", 1)]

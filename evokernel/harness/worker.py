@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from evokernel.harness import values
+from evokernel.harness.backends import Fault
 from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, CheckRequest, Rejected, must_confirm,
                                         net_ms, timing_call)
@@ -39,12 +40,8 @@ from evokernel.harness.task import BUILT_SPEED_REFERENCES, Task, sampled_element
 from evokernel.harness.task_loader import load_task_dir
 
 LIMIT_FACTOR = 50.0  # a step may take this many times the original's time before it is killed
-# Sampled elements of a timed call are held to this multiple of the scenario's verification bound (the bound
-# was derived from other inputs; a stale or cached answer is off by far more).
-ROW_BOUND_FACTOR = 2.0
-# A library's first calls on a scenario's shape (torch.compile: 12 s for a small module on 2 CPU cores; cuDNN's
-# plans: about 0.6 s) may take this long whatever the step limit.
-LIBRARY_WARMUP_S = 300.0
+ROW_BOUND_FACTOR = 2.0  # x the verification bound, for sampled elements of timed calls (a stale answer: far more)
+LIBRARY_WARMUP_S = 300.0  # a library's first calls on a shape (torch.compile: 12 s on 2 CPU cores; cuDNN: 0.6 s)
 # Timed calls a scenario whose sampled elements are checked, drawn at random here (no runner can read which); a
 # kernel that answers a fraction f of its calls from stale work fails these or the full checks with 1 - (1 - f)^18.
 SAMPLED_CALLS = 16
@@ -108,16 +105,15 @@ class Worker:
         return inputs
 
     # -- correctness ------------------------------------------------------------------------
-    def check_output(self, inputs, rc: int) -> None:
-        """Return code, guard bands, every element written and finite."""
-        broken = self.backend.guards_intact(inputs)
-        bad = {name: self.backend.count_nonfinite(inputs.arrays[name]) for name in inputs.output_names}
+    def check_output(self, inputs, rc: int, fault: Fault | None = None) -> None:
+        """Return code, guard bands, every element written and finite (`fault`: read already, with its request's)."""
+        fault = fault or self.backend.faults([inputs])[0]
         if rc != 0:
             raise Rejected(f"returned error code {rc}")
-        if broken:
+        if broken := fault.broken_guard:
             where = f"output {broken}" if broken in inputs.output_names else f"input {broken}"
             raise Rejected(f"wrote outside its output (the guard band around {where} changed)")
-        for name, count in bad.items():
+        for name, count in fault.nonfinite.items():
             if count:
                 raise Rejected(f"wrote NaN/Inf or left output {name} unwritten at {count} of "
                                f"{self.backend.size(inputs.arrays[name])} elements")
@@ -245,11 +241,13 @@ class Worker:
                         backend.poison_outputs(call_inputs)
                 with self.spent("timing: requests"):
                     ms = backend.time_calls(kernels[name], requests[:batch])
-                for number, call_inputs, roll in zip(numbers, requests, rolls):
+                with self.spent("timing: checks"):  # the request's calls' guards and outputs, read at once
+                    faults = backend.faults(requests[:batch]) if name in self.built else [None] * batch
+                for number, call_inputs, roll, fault in zip(numbers, requests, rolls, faults):
                     try:
                         with self.spent("timing: checks"):
                             if name in self.built:
-                                self.check_output(call_inputs, 0)
+                                self.check_output(call_inputs, 0, fault)
                             rows = (self.check_sample(call_inputs, row_bounds, base_seed, roll)
                                     if number in sampled[name] and name in self.built else None)
                         self.channel.send("call", index=index, call=timing_call(number, kernel_index, phase),

@@ -5,7 +5,7 @@ A backend knows devices, not problems: the task says which tensors and scalars a
 kernel writing out of bounds changes), fills the inputs from `values` (so the parent can regenerate
 any of them), poisons the outputs, passes everything in one struct to the entry point, and times the
 call. Each backend module defines a class `Backend` with the methods the worker calls:
-`device_name`, `load`, `make_inputs`, `like`, `roll_inputs`, `gather`, `guards_intact`, `snapshot`,
+`device_name`, `load`, `make_inputs`, `like`, `roll_inputs`, `gather`, `faults`, `snapshot`,
 `unchanged`, `poison_outputs`, `run`, `batch_size`, `time_calls`, `overhead_ms`, `count_nonfinite`, `max_abs_diff`,
 `relative_error`, `release`, and where its runners are worth starting ahead, `start_runners`. A new device
 kind is one new file.
@@ -23,6 +23,15 @@ from evokernel.harness.task import Scalar, Tensor
 GUARD_ELEMENTS = 4096  # canary elements before and after every tensor (8-16 KiB: beyond small overruns)
 CANARY = 1234.5  # exactly representable in bf16, fp16 and fp32
 SCALAR_CTYPES = {"int": ctypes.c_int, "int64": ctypes.c_int64, "float": ctypes.c_float, "double": ctypes.c_double}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What a call left wrong in its buffers: the first tensor whose guard bands changed (a write out of bounds),
+    or None, and each output's count of elements that are not finite (unwritten outputs stay NaN)."""
+
+    broken_guard: str | None
+    nonfinite: dict[str, int]
 
 
 @dataclass

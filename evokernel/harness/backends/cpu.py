@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs, poison
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Fault, Inputs, poison
 from evokernel.harness.protocol import MAX_BATCH
 from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
@@ -23,6 +23,12 @@ FLUSH_BYTES = 32 << 20
 DTYPES = {"float32": np.float32}
 VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "sve", "asimd")  # named in the device, as /proc/cpuinfo lists them
 ARENA_BYTES = 512 << 20  # each runner's shared buffers (sparse: only what calls touch is memory; under the file-size limit)
+
+
+def _intact(buffer: np.ndarray) -> bool:
+    """Whether a buffer's guard bands still hold the canary (1234 in an index input's buffer)."""
+    canary = buffer.dtype.type(CANARY)
+    return bool(np.all(buffer[:GUARD_ELEMENTS] == canary) and np.all(buffer[-GUARD_ELEMENTS:] == canary))
 
 
 TARGET_REQUEST_MS = 2.0  # a timed request holds enough calls to last about this long (the round trip is small)
@@ -101,13 +107,11 @@ class Backend:
     def gather(self, array: np.ndarray, flat: np.ndarray) -> np.ndarray:
         return array.reshape(-1)[np.asarray(flat, dtype=np.int64)].astype(np.float64)
 
-    def guards_intact(self, inputs: Inputs) -> str | None:
-        """Name of the first tensor whose guard bands changed (a write out of bounds), else None."""
-        for name, buffer in inputs.guarded.items():
-            canary = buffer.dtype.type(CANARY)  # 1234 in an index input's buffer
-            if not (np.all(buffer[:GUARD_ELEMENTS] == canary) and np.all(buffer[-GUARD_ELEMENTS:] == canary)):
-                return name
-        return None
+    def faults(self, calls: list[Inputs]) -> list[Fault]:
+        """Each call's guard bands and outputs, as `Fault`s."""
+        return [Fault(next((name for name, buffer in inputs.guarded.items() if not _intact(buffer)), None),
+                      {name: self.count_nonfinite(inputs.arrays[name]) for name in inputs.output_names})
+                for inputs in calls]
 
     def snapshot(self, inputs: Inputs) -> dict:
         return {name: array.copy() for name, array in inputs.inputs().items()}
