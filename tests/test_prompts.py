@@ -94,6 +94,8 @@ def test_a_cuda_prompt_names_cudnn_and_gives_rates_and_roofline_fractions_beside
     build_line = next(line for line in prompt.splitlines() if line.startswith("- Build: `nvcc "))
     assert "-Xptxas -v" in build_line and "cuda_bf16.h" in build_line and "-Xlinker" not in build_line
     assert re.search(r"- Limits: compiling 180 s; a call of the kernel is stopped after 50 times", prompt)
+    # how a time is taken, as the harness takes it: a request of several calls in the kernel's own process
+    assert "This kernel runs in a process of its own" in prompt and "less the round trip of an empty request" in prompt
     # the question still opens and closes it; the contract and answer format stay
     assert prompt.startswith(f"# Question\n{QUESTION.text}\n") and f"# The question again\n{QUESTION.text}" in prompt
     assert "int evk_attention_fwd(" in prompt and "<<<<<<< SEARCH" in prompt

@@ -23,7 +23,7 @@ from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 3  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 4  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -94,10 +94,14 @@ def results_table(report: dict | None, task: Task) -> str:
     lines.append(f"err = max |output - float64 reference|; tolerance = {task.tolerance_factor:g} x the error of the "
                  f"same computation done plainly in {task.dtype}, + {task.tolerance_floor:g}.")
     if any(s.get("time_ms") for s in results):
-        lines.append(f"speedup = {short} time / this kernel's time; times are medians of timed calls, each after a "
-                     "cache flush, on new input values (within a scenario every timed call gets the same buffers, "
-                     "at the same addresses, with their values changed and the outputs poisoned before the call; "
-                     "a scenario's verification calls get new buffers); spread = interquartile range / median; "
+        lines.append(f"speedup = {short} time / this kernel's time. This kernel runs in a process of its own; "
+                     "its time is the harness's clock around a request that calls it on several sets of buffers in "
+                     "a row (each with new input values and its outputs poisoned before the request; the request "
+                     "ends when the calls have returned and, on a GPU, the device is idle), less the round trip of "
+                     "an empty request, per call, after a cache flush; the median over a scenario's requests (the "
+                     "sets of buffers come back in later requests, at the same addresses, with new values; "
+                     "verification calls get buffers of their own). A library reference is timed call by call in "
+                     "the harness's process, after a cache flush each. spread = interquartile range / median; "
                      f"{unit} = the task's useful FLOPs / time; % of roofline = the least time the task's peak rates "
                      "allow for the scenario's FLOPs and bytes / time."
                      + (f" The {short} times were reused from an earlier check on this device."
