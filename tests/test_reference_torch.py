@@ -88,3 +88,8 @@ def test_both_backends_read_a_request_s_faults_alike_index_buffers_included():
     device = cuda.Backend.__new__(cuda.Backend).faults(as_tensors)
     assert host == device
     assert [(f.broken_guard, f.nonfinite["out"]) for f in host] == [(None, 0), ("x", 0), (None, 2), ("index", 1)]
+    in_bf16 = [Inputs(None, arguments, {n: a if a.dtype == torch.int64 else a.to(torch.bfloat16)
+                                        for n, a in c.arrays.items()},
+                      {n: b if b.dtype == torch.int64 else b.to(torch.bfloat16) for n, b in c.guarded.items()})
+               for c in as_tensors]  # CANARY rounds to 1232 in bf16, in the buffer and in the comparison alike
+    assert cuda.Backend.__new__(cuda.Backend).faults(in_bf16) == device

@@ -84,9 +84,10 @@ class DeviceMemory:
         return sum(_aligned(length * dtype.itemsize) for length, dtype in sizes)
 
 
-def _canary(buffer: torch.Tensor) -> torch.Tensor:
-    """CANARY as `buffer` holds it (1234 in an index input's)."""
-    return torch.tensor(CANARY, device=buffer.device).to(buffer.dtype)
+def _canary(buffer: torch.Tensor) -> float | int:
+    """CANARY as `buffer` holds it (1234 in an index input's), as a Python number: compared without a copy to
+    the device, and cast to the buffer's type as it was when written (bf16 rounds it the same way both times)."""
+    return CANARY if buffer.is_floating_point() else int(CANARY)
 
 
 def _aligned(nbytes: int) -> int:
