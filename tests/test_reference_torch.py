@@ -47,6 +47,9 @@ def test_device_comparisons_agree_with_numpy():
     a[3] = 0.0
     assert gpu_side.max_abs_diff(a, b) == pytest.approx(host_side.max_abs_diff(a.numpy(), b.numpy()))
     assert gpu_side.relative_error(a, b) == pytest.approx(host_side.relative_error(a.numpy(), b.numpy()))
+    picks = np.array([999, 3, 0, 3])
+    in_bf16 = a.to(torch.bfloat16)
+    assert np.array_equal(gpu_side.gather(in_bf16, picks), host_side.gather(in_bf16.float().numpy(), picks))
 
 
 @pytest.mark.parametrize("distribution", values.DISTRIBUTIONS)
