@@ -96,3 +96,21 @@ def test_both_backends_read_a_request_s_faults_alike_index_buffers_included():
                       {n: b if b.dtype == torch.int64 else b.to(torch.bfloat16) for n, b in c.guarded.items()})
                for c in as_tensors]  # CANARY rounds to 1232 in bf16, in the buffer and in the comparison alike
     assert cuda.Backend.__new__(cuda.Backend).faults(in_bf16) == device
+
+
+def test_the_launch_spin_grows_on_a_late_launch_and_comes_back_down():
+    """A library call queued after the device reached it is timed again with twice the spin; a run of calls
+    queued in time halves it again, so one slow launch does not make every later call wait that long."""
+    from evokernel.harness.backends.cuda import LAUNCH_SLACK_CYCLES, MAX_LAUNCH_SLACK_CYCLES, SLACK_SHRINK_AFTER
+    from evokernel.harness.backends.cuda import LaunchSlack
+
+    slack = LaunchSlack()
+    assert [slack.taken(False) for _ in range(3)] == [False] * 3 and slack.cycles == 8 * LAUNCH_SLACK_CYCLES
+    assert all(slack.taken(True) for _ in range(SLACK_SHRINK_AFTER - 1)) and slack.cycles == 8 * LAUNCH_SLACK_CYCLES
+    assert slack.taken(True) and slack.cycles == 4 * LAUNCH_SLACK_CYCLES
+    for _ in range(10 * SLACK_SHRINK_AFTER):
+        slack.taken(True)
+    assert slack.cycles == LAUNCH_SLACK_CYCLES  # never below the floor
+    while slack.cycles < MAX_LAUNCH_SLACK_CYCLES:
+        assert not slack.taken(False)
+    assert slack.taken(False)  # at the cap a late sample stands: the call is timed, not retried forever

@@ -31,9 +31,30 @@ FLUSH_BYTES = 256 << 20
 # A device-side spin queued before the start event (as nvbench's blocking kernel does) so that the host
 # has launched the timed call before the device reaches it: host-side call overhead (a Python SDPA
 # dispatch, slower on a host that sat idle behind a long kernel) is then not timed. The spin doubles
-# whenever the device got there first, and that sample is taken again.
+# whenever the device got there first, and that sample is taken again; it halves after a run of samples
+# queued in time, so that one slow launch (a collection, a library's plan) does not make every later call
+# wait milliseconds of spin (the spin is outside the timed interval, not outside the check's time).
 LAUNCH_SLACK_CYCLES = 100_000  # about 50 us
 MAX_LAUNCH_SLACK_CYCLES = 1 << 25
+SLACK_SHRINK_AFTER = 16  # samples queued in time in a row
+
+
+class LaunchSlack:
+    """The spin before a timed library call, in cycles: doubled when a call was queued late, halved (down to
+    LAUNCH_SLACK_CYCLES) after SLACK_SHRINK_AFTER calls queued in time in a row."""
+
+    def __init__(self) -> None:
+        self.cycles, self.in_time = LAUNCH_SLACK_CYCLES, 0
+
+    def taken(self, queued_in_time: bool) -> bool:
+        """Whether the sample just timed stands (else it is timed again, with twice the spin)."""
+        if not queued_in_time and self.cycles < MAX_LAUNCH_SLACK_CYCLES:
+            self.cycles, self.in_time = self.cycles * 2, 0
+            return False
+        self.in_time += 1
+        if self.in_time >= SLACK_SHRINK_AFTER:
+            self.cycles, self.in_time = max(LAUNCH_SLACK_CYCLES, self.cycles // 2), 0
+        return True
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 INDEX_DTYPES = {"int64": torch.int64, "int": torch.int32}  # of index inputs (`Indices.ctype`)
 ALLOCATION_ALIGN = 256  # bytes, each tensor's start in its call's allocation
@@ -172,7 +193,7 @@ class Backend:
         torch.cuda.set_stream(self.stream)
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
         self.driver = ctypes.CDLL("libcuda.so.1")
-        self.slack_cycles = LAUNCH_SLACK_CYCLES
+        self.slack = LaunchSlack()
         self.empty_runner: Runner | None = None  # loads no kernel: its requests' round trip is taken off
         self.spare_runners: list[Runner] = []  # started ahead, no kernel loaded yet
         self.positions = torch.Generator(device="cuda")  # of sampled reads: no runner can know its seed
@@ -317,16 +338,15 @@ class Backend:
     def time_call(self, fn, inputs: Inputs) -> float:
         while True:
             self.flush.zero_()  # evict the inputs from L2
-            torch.cuda._sleep(self.slack_cycles)
+            torch.cuda._sleep(self.slack.cycles)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(self.stream)
             fn(inputs)
             end.record(self.stream)
             queued_in_time = not start.query()  # the device was still spinning when the call was queued
             end.synchronize()
-            if queued_in_time or self.slack_cycles >= MAX_LAUNCH_SLACK_CYCLES:
+            if self.slack.taken(queued_in_time):
                 return start.elapsed_time(end)
-            self.slack_cycles *= 2
 
     # Comparisons stay on the device: a 16k-token output is 33M elements.
     def count_nonfinite(self, x: torch.Tensor) -> int:
