@@ -228,6 +228,28 @@ def test_the_gain_history_gives_each_steps_operator_question_knobs_and_fitness(t
             "the original kernel)\n#1 seed: 1.000\n") in prompt
 
 
+def test_what_was_tried_beside_the_line_is_told_so_that_an_answer_does_not_repeat_it(tmp_path):
+    """The other children of the kernel's ancestors (a sibling's lost rewrite, a cousin's rejection) come after
+    the line, each with its question and result."""
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        step = add(store, "int b;", 1.04, [seed], "question-mutation", "barrier-waits")
+        cousin = add(store, "int c;", None, [seed], "knob-mutation", knobs={"BLOCK_Q": "8"})
+        kernel = add(store, "int d;", 1.06, [step], "question-mutation", "barrier-waits")
+        sibling = add(store, "int e;", 1.02, [step], "question-crossover", "barrier-waits")
+        add(store, "int f;", 1.07, [kernel], "knob-mutation")  # a child: listed as before, not beside
+        lines = lineage_summary(store, kernel).splitlines()
+    assert lines[:4] == ["#1 seed: 1.000", f"#{step} from #{seed} by question-mutation, asked "
+                         f'"{question_text("barrier-waits")}": 1.000 -> 1.040 (+4.0%)',
+                         f"#{kernel} from #{step} by question-mutation, asked "
+                         f'"{question_text("barrier-waits")}": 1.040 -> 1.060 (+1.9%)',
+                         "Also tried from the kernels of this line (2; latest last):"]
+    assert lines[4].startswith(f"#{cousin} from #{seed} by knob-mutation (BLOCK_Q - -> 8): 1.000 -> rejected")
+    assert lines[5].startswith(f"#{sibling} from #{step} by question-crossover") and lines[5].endswith("(-1.9%)")
+    assert lines[6:] == [f"Already made from #{kernel} (1; latest last):",
+                         f"#{kernel + 2} from #{kernel} by knob-mutation: 1.060 -> 1.070 (+0.9%)"]
+
+
 def test_a_long_line_shows_its_latest_steps_and_children(tmp_path):
     with Store(tmp_path / "run", create=True) as store:
         ids = [add(store, "int k0;", 1.0)]

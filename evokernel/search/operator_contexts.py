@@ -20,6 +20,7 @@ from evokernel.store import Individual, Store
 
 LINEAGE_DEPTH = 8  # steps of a parent's first-parent line an operator is told of
 CHILDREN_SHOWN = 6  # children already made from a parent an operator is told of (the latest)
+SIDE_STEPS_SHOWN = 8  # other children of the line's ancestors an operator is told of (the latest)
 KNOB_CHANGES_SHOWN = 4  # knob changes named per step
 
 
@@ -64,19 +65,31 @@ def parent_view(store: Store, kernel: Kernel | Individual, source: str | None = 
 
 def lineage_summary(store: Store, kernel_id: int) -> str:
     """The kernel's gain history, oldest first (each step of its first-parent line: operator, question, knob
-    changes, fitness before and after), then the children already made from it and what came of them: an
-    answer then builds on what gained and does not repeat what was tried."""
+    changes, fitness before and after), what else was tried from the kernels of that line (its ancestors'
+    other children), then the children already made from it and what came of them: an answer then builds on
+    what gained and does not repeat what was tried."""
     texts = _question_texts(store)
     kernel = current = store.individual(kernel_id)
     steps: list[str] = []
+    ancestors: list[int] = []
     while current.parent_ids and len(steps) < LINEAGE_DEPTH:
         parent = store.individual(current.parent_ids[0])
         steps.append(_step(current, parent, texts))
+        ancestors.append(parent.id)
         current = parent
     steps.append("(earlier steps not shown)" if current.parent_ids
                  else f"#{current.id} {current.operator}: {_fitness(current)}")
     lines = list(reversed(steps))
-    children = [o.id for o in store.outcomes() if o.parent_ids[:1] == [kernel_id]]
+    outcomes = store.outcomes()
+    beside = [o for o in outcomes if o.parent_ids[:1] and o.parent_ids[0] in ancestors
+              and o.id not in (kernel_id, *ancestors)]
+    if beside:
+        shown_beside = beside[-SIDE_STEPS_SHOWN:]
+        count = (f"{len(beside)}, the latest {len(shown_beside)} shown" if len(beside) > len(shown_beside)
+                 else len(beside))
+        lines.append(f"Also tried from the kernels of this line ({count}; latest last):")
+        lines += [_step(store.individual(o.id), store.individual(o.parent_ids[0]), texts) for o in shown_beside]
+    children = [o.id for o in outcomes if o.parent_ids[:1] == [kernel_id]]
     if children:
         shown = children[-CHILDREN_SHOWN:]
         count = f"{len(children)}, the latest {len(shown)} shown" if len(children) > len(shown) else len(children)
