@@ -75,6 +75,13 @@ def parameter_struct(arguments: list[Tensor | Scalar], pointer_of) -> ctypes.Str
     return _struct_type(fields)(*values)
 
 
+def canary(buffer) -> float | int:
+    """CANARY as `buffer` holds it: 1234 in an index input's buffer. A Python number, compared without a copy to
+    the device, and cast to the buffer's type as it was when written (bf16 rounds it the same way both times)."""
+    floating = buffer.is_floating_point() if hasattr(buffer, "is_floating_point") else buffer.dtype.kind == "f"
+    return CANARY if floating else int(CANARY)
+
+
 def poison(buffer) -> float:
     """What a released buffer is filled with, so that a kernel that kept a pointer reads no stale answer: NaN,
     or -1 in an index input's buffer."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Fault, Inputs, poison
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Fault, Inputs, canary, poison
 from evokernel.harness.protocol import MAX_BATCH
 from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
@@ -26,9 +26,9 @@ ARENA_BYTES = 512 << 20  # each runner's shared buffers (sparse: only what calls
 
 
 def _intact(buffer: np.ndarray) -> bool:
-    """Whether a buffer's guard bands still hold the canary (1234 in an index input's buffer)."""
-    canary = buffer.dtype.type(CANARY)
-    return bool(np.all(buffer[:GUARD_ELEMENTS] == canary) and np.all(buffer[-GUARD_ELEMENTS:] == canary))
+    """Whether a buffer's guard bands still hold the canary."""
+    held = canary(buffer)
+    return bool(np.all(buffer[:GUARD_ELEMENTS] == held) and np.all(buffer[-GUARD_ELEMENTS:] == held))
 
 
 TARGET_REQUEST_MS = 2.0  # a timed request holds enough calls to last about this long (the round trip is small)

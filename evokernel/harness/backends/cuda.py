@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from evokernel.harness import values
-from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Fault, Inputs, parameter_struct, poison
+from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Fault, Inputs, canary, parameter_struct, poison
 from evokernel.harness.protocol import MAX_BATCH, Rejected
 from evokernel.harness.runner import BINARY_NAME, Runner
 from evokernel.harness.task import Tensor
@@ -103,12 +103,6 @@ class DeviceMemory:
     @staticmethod
     def bytes_for(sizes: list[tuple[int, torch.dtype]]) -> int:
         return sum(_aligned(length * dtype.itemsize) for length, dtype in sizes)
-
-
-def _canary(buffer: torch.Tensor) -> float | int:
-    """CANARY as `buffer` holds it (1234 in an index input's), as a Python number: compared without a copy to
-    the device, and cast to the buffer's type as it was when written (bf16 rounds it the same way both times)."""
-    return CANARY if buffer.is_floating_point() else int(CANARY)
 
 
 def _aligned(nbytes: int) -> int:
@@ -283,7 +277,7 @@ class Backend:
         calls: one wait for the device instead of two a call)."""
         counts = []
         for inputs in calls:
-            counts += [(torch.cat([b[:GUARD_ELEMENTS], b[-GUARD_ELEMENTS:]]) != _canary(b)).sum()
+            counts += [(torch.cat([b[:GUARD_ELEMENTS], b[-GUARD_ELEMENTS:]]) != canary(b)).sum()
                        for b in inputs.guarded.values()]
             counts += [inputs.arrays[name].numel() - torch.isfinite(inputs.arrays[name]).sum()
                        for name in inputs.output_names]
