@@ -76,7 +76,11 @@ def main() -> None:
             backend.relative_error(outputs["o"], precise["o"])
 
         references(False)
+        head_q = np.random.default_rng(0).standard_normal((2, scenario.head_dim))
+        head_k = np.random.default_rng(1).standard_normal((scenario.seqlen_k, scenario.head_dim))
         row = {"scenario": scenario.name,
+               "rows q@k.T (BLAS)": timed_ms(lambda: head_q @ head_k.T, args.repeats),
+               "rows q@k.T (einsum)": timed_ms(lambda: np.einsum("rd,kd->rk", head_q, head_k), args.repeats),
                f"faults x{args.batch}": timed_ms(lambda: backend.faults(requests), args.repeats),
                "sample (int64 index)": timed_ms(lambda: sample(by_index(np.int64)), args.repeats),
                "sample (int32 index)": timed_ms(lambda: sample(by_index(np.int32)), args.repeats),
