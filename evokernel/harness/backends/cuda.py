@@ -267,8 +267,8 @@ class Backend:
             inputs.arrays[tensor.name].copy_(torch.roll(base.arrays[tensor.name], roll, dims=tensor.roll_axis))
 
     def gather(self, array: torch.Tensor, flat) -> np.ndarray:
-        """Elements at flat positions, as float64 made on the device: converted on the host, a sampled check of
-        an attention head (262k elements) took 16 ms on the H200's 16-core host (check_costs.py)."""
+        """Elements at flat positions, as float64 made on the device: converted on the host, torch's CPU threads
+        took 16 ms for an attention head's 262k elements on a 16-core host (check_costs.py)."""
         index = torch.as_tensor(np.asarray(flat, dtype=np.int64), device=array.device)
         return array.reshape(-1)[index].double().cpu().numpy()
 
