@@ -54,11 +54,13 @@ def main() -> None:
             got = {name: fetch(name, flat) for name, flat in picks.items()}
             assert all(np.max(np.abs(got[n] - expected[n])) < 0.05 for n in picks)
 
-        def by_index(dtype):
-            def fetch(name, flat):
-                index = torch.as_tensor(np.asarray(flat, dtype=dtype), device="cuda")
-                return inputs.arrays[name].reshape(-1)[index.long()].cpu().double().numpy()
-            return fetch
+        def converted_on_host(name, flat):  # bf16 to the host, float64 made there (torch's CPU threads)
+            index = torch.as_tensor(np.asarray(flat, dtype=np.int64), device="cuda")
+            return inputs.arrays[name].reshape(-1)[index].cpu().double().numpy()
+
+        def converted_on_device(name, flat):  # float64 made on the device: 4x the bytes cross
+            index = torch.as_tensor(np.asarray(flat, dtype=np.int64), device="cuda")
+            return inputs.arrays[name].reshape(-1)[index].double().cpu().numpy()
 
         def on_backend(name, flat):
             return backend.gather(inputs.arrays[name], flat)
@@ -82,9 +84,10 @@ def main() -> None:
                "rows q@k.T (BLAS)": timed_ms(lambda: head_q @ head_k.T, args.repeats),
                "rows q@k.T (einsum)": timed_ms(lambda: np.einsum("rd,kd->rk", head_q, head_k), args.repeats),
                f"faults x{args.batch}": timed_ms(lambda: backend.faults(requests), args.repeats),
-               "sample (int64 index)": timed_ms(lambda: sample(by_index(np.int64)), args.repeats),
-               "sample (int32 index)": timed_ms(lambda: sample(by_index(np.int32)), args.repeats),
+               "sample (float64 on host)": timed_ms(lambda: sample(converted_on_host), args.repeats),
+               "sample (float64 on device)": timed_ms(lambda: sample(converted_on_device), args.repeats),
                "sample (backend)": timed_ms(lambda: sample(on_backend), args.repeats),
+               "sample (float64 on host) again": timed_ms(lambda: sample(converted_on_host), args.repeats),
                "precise ref": timed_ms(lambda: references(False), args.repeats),
                "both refs": timed_ms(lambda: references(True), args.repeats),
                "compare": timed_ms(compare, args.repeats),
