@@ -59,17 +59,15 @@ class Scenario:
 
 def attention_rows(q_rows: np.ndarray, k: np.ndarray, v: np.ndarray, rows: list[int], scenario: Scenario,
                    scale: float) -> np.ndarray:
-    """float64 attention for query rows `rows` of one head: q_rows [R, D], k and v [Sk, D]. The products are
-    numpy's own loops (einsum), not BLAS: a threaded BLAS took 16 ms a check for these few rows on a 16-core
-    host (check_costs.py), 1.1 s of every screened child's timing."""
-    scores = np.einsum("rd,kd->rk", q_rows.astype(np.float64), k.astype(np.float64)) * scale
+    """float64 attention for query rows `rows` of one head: q_rows [R, D], k and v [Sk, D]."""
+    scores = (q_rows.astype(np.float64) @ k.astype(np.float64).T) * scale
     if scenario.causal:
         limit = np.asarray(rows)[:, None] + (scenario.seqlen_k - scenario.seqlen_q)
         scores = np.where(np.arange(scenario.seqlen_k)[None, :] <= limit, scores, -np.inf)
     peak = scores.max(axis=1, keepdims=True)
     weights = np.exp(scores - np.where(np.isfinite(peak), peak, 0))
     total = weights.sum(axis=1, keepdims=True)
-    return np.where(total > 0, np.einsum("rk,kd->rd", weights, v.astype(np.float64)) / np.where(total > 0, total, 1), 0)
+    return np.where(total > 0, (weights @ v.astype(np.float64)) / np.where(total > 0, total, 1), 0)
 
 
 class AttentionTask(Task):
