@@ -213,3 +213,32 @@ RMSNormCpu.baselines = lambda self: {"slow": Baseline(lambda prepared, s: prepar
                           CheckOptions(scenario_set="quick", rounds=5, speed_reference="slow"))
     assert report.correct, report.failure
     assert all(s.original_time_ms is not None for s in report.scenarios)
+
+
+def test_the_cuda_toolkit_is_found_behind_an_nvcc_wrapper_script(tmp_path, monkeypatch):
+    """An `nvcc` on PATH that is a script outside the toolkit (a site wrapper): the toolkit is the folder nvcc
+    reports in a dry run, not the wrapper's parent; CUDA_HOME, where set, comes first."""
+    from evokernel.harness import languages
+
+    toolkit = tmp_path / "cuda-x"
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "include" / "cuda_runtime.h").write_text("")
+    (tmp_path / "bin").mkdir()
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.write_text(f"#!/bin/sh\necho '#$ _HERE_={toolkit}/bin' >&2\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    languages.cuda_root.cache_clear()
+    try:
+        assert languages.cuda_root() == toolkit
+        assert languages.cuda_library_dirs()[0] == str(toolkit / "lib64")
+        other = tmp_path / "cuda-home"
+        (other / "include").mkdir(parents=True)
+        (other / "include" / "cuda_runtime.h").write_text("")
+        monkeypatch.setenv("CUDA_HOME", str(other))
+        languages.cuda_root.cache_clear()
+        assert languages.cuda_root() == other
+    finally:
+        languages.cuda_root.cache_clear()

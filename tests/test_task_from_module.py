@@ -15,7 +15,6 @@ import pytest
 from click.testing import CliRunner
 
 from evokernel.cli import main
-from evokernel.errors import BadInput
 from evokernel.store import Store
 
 torch = pytest.importorskip("torch")
@@ -218,6 +217,27 @@ def test_an_existing_directory_is_not_touched(tmp_path, silu):
     result = new_task(tmp_path, "silu", *silu)
     assert result.exit_code == 2 and "already exists" in result.output
     assert [p.name for p in (tmp_path / "silu").iterdir()] == ["mine.txt"]
+
+
+def test_a_cuda_kernel_on_a_machine_without_a_gpu_is_one_line_before_anything_is_built(tmp_path, silu, monkeypatch):
+    """Without a CUDA GPU: `task new --language cuda` with a first kernel stops in one line and leaves nothing; the
+    task without one is written; `check` on it says the task needs a GPU (not a torch error as a rejection)."""
+    import evokernel.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "detect_gpus", lambda: 0)
+    kernel = tmp_path / "silu.cu"
+    kernel.write_text("// any kernel\n")
+    result = new_task(tmp_path, "silu", silu[0], kernel, "--language", "cuda")
+    assert result.exit_code == 2, result.output
+    assert "--language cuda: the first kernel (--seed-kernel) is checked on a CUDA GPU, and this machine has none" \
+        in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "silu").exists()
+    result = CliRunner().invoke(main, ["task", "new", "silu", "--from-module", str(silu[0]), "--language", "cuda",
+                                       "-o", str(tmp_path / "silu")])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["check", str(kernel), "--task", str(tmp_path / "silu")])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: task silu needs a CUDA GPU, and this machine has none"
 
 
 def test_a_seed_that_does_not_fit_the_header_is_named_and_leaves_nothing(tmp_path, silu):

@@ -74,11 +74,13 @@ def check(kernel: Path, task_name: str, scenario_set: str, speed_reference: str 
           no_time: bool, timeout: float, memory_limit: float | None) -> None:
     """Build, verify and time KERNEL; exit 0 if it passes the correctness gate, 1 if rejected."""
     from evokernel.errors import read_text
+    from evokernel.evaluation import require_gpu
     from evokernel.harness import CheckOptions, check_kernel, get_task
 
     if kernel.is_file():
         read_text(kernel, "kernel")  # one line naming a file that is not UTF-8
     task = get_task(task_name)
+    require_gpu(task.name, task.backend)
     warn_if_not_isolated()
     options = CheckOptions(scenario_set=scenario_set, speed_reference=speed_reference or task.default_speed_reference,
                            baselines=baselines,

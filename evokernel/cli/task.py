@@ -51,6 +51,8 @@ def new(name: str, module_path: Path, seed_kernel: Path | None, model: str | Non
         first_kernel = _given_kernel(seed_kernel)
     else:
         first_kernel = _model_kernel(model, api_base, attempts) if model else None
+    if first_kernel is not None:
+        first_kernel = _on_this_machine(first_kernel, language, "--seed-kernel" if seed_kernel else "--model")
     directory = write_task(name, module_path, output or Path(name), language,
                            dtype or ("float32" if language == "c" else "bfloat16"), first_kernel)
     next_steps = (f"evokernel check {directory}/original{extension} --task {directory} --baselines\n  "
@@ -58,6 +60,21 @@ def new(name: str, module_path: Path, seed_kernel: Path | None, model: str | Non
                   f"no original kernel: a model writes the first one in a search\n  "
                   f"evokernel run {directory}/config.yaml --model MODEL   (or --seed-kernel FILE: yours)")
     console.print(f"wrote task {name} to {directory}/\n  {next_steps}", soft_wrap=True, highlight=False)
+
+
+def _on_this_machine(first_kernel, language: str, option: str):
+    """`first_kernel`, once the task is known to be well formed, where this machine can check it (a CUDA task's
+    first kernel runs on a CUDA GPU): before any model is asked."""
+    from evokernel.evaluation import gpu_missing
+
+    def where_it_can_run(task, module_source: str, check) -> str:
+        if gpu_missing(task.backend):
+            raise BadInput(f"--language {language}: the first kernel ({option}) is checked on a CUDA GPU, and this "
+                           "machine has none (leave it out to write the task without an original, and check your "
+                           "kernel on a GPU machine)")
+        return first_kernel(task, module_source, check)
+
+    return where_it_can_run
 
 
 def _given_kernel(path: Path):

@@ -4,7 +4,7 @@ The search sees one interface, `Evaluator`, whatever runs the checks: `ray` (the
 actor per evaluation slot, on one machine or a cluster), `local` (checks in threads of the driver,
 no Ray: tests, a laptop) or `replay` (recorded reports served again, no harness at all: search logic
 tested on a machine without the GPU the reports came from). `resources.evaluator` in the config picks
-one. Interface: `Evaluator`, `Finished`, `start_evaluator`, `rejection`, `detect_gpus`.
+one. Interface: `Evaluator`, `Finished`, `start_evaluator`, `rejection`, `detect_gpus`, `gpu_missing`, `require_gpu`.
 """
 
 from __future__ import annotations
@@ -110,6 +110,21 @@ def detect_gpus() -> int:
     except ImportError:
         return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_missing(backend: str) -> bool:
+    """Whether kernels of `backend` run on a CUDA device and this machine has none."""
+    from evokernel.harness import profile_of
+
+    return profile_of(backend).devices and not detect_gpus()
+
+
+def require_gpu(task_name: str, backend: str) -> None:
+    """A task whose kernels run on a CUDA device, on a machine without one: one line, before anything is built."""
+    from evokernel.errors import BadInput
+
+    if gpu_missing(backend):
+        raise BadInput(f"task {task_name} needs a CUDA GPU, and this machine has none")
 
 
 def start_evaluator(resources: ResourceConfig, task: str, options: CheckOptions) -> Evaluator:

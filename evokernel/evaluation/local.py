@@ -17,7 +17,7 @@ from typing import Any
 
 from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput
-from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
+from evokernel.evaluation import Evaluator, Finished, rejection, require_gpu
 from evokernel.harness import CheckOptions, Slot, check_source, get_task, profile_of
 
 
@@ -53,8 +53,7 @@ class LocalEvaluator(Evaluator):
         if (resources.max_parallel or 1) > 1:
             raise BadInput("field 'resources.max_parallel': the local evaluator times CUDA kernels one at a time "
                            "(resources.evaluator: ray runs one evaluation per GPU)")
-        if not detect_gpus():
-            raise BadInput(f"task {get_task(task).name} needs a CUDA GPU, and this machine has none")
+        require_gpu(get_task(task).name, get_task(task).backend)
         return cls(task, options, 1)
 
     def submit(self, key: Any, source: str, label: str, options: CheckOptions | None = None) -> None:

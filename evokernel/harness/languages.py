@@ -28,12 +28,35 @@ def cuda_arch_flags() -> tuple[str, ...]:
     return (f"-gencode=arch=compute_{arch},code=sm_{arch}",)
 
 
-def cuda_library_dirs() -> list[str]:
-    """The CUDA toolkit's library folders, found from where `nvcc` is (none when it is missing)."""
+@lru_cache(maxsize=None)
+def cuda_root() -> Path | None:
+    """The CUDA toolkit's folder: CUDA_HOME or CUDA_PATH where set, else where `nvcc` lies; where that `nvcc`
+    is a wrapper script outside the toolkit (no `include/cuda_runtime.h` beside it), the folder nvcc itself
+    reports (`_HERE_` of a dry run). None without nvcc."""
+    for variable in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(variable) and (Path(os.environ[variable]) / "include" / "cuda_runtime.h").is_file():
+            return Path(os.environ[variable])
     nvcc = shutil.which("nvcc")
     if not nvcc:
-        return []
+        return None
     root = Path(nvcc).resolve().parent.parent
+    if (root / "include" / "cuda_runtime.h").is_file():
+        return root
+    try:
+        dry_run = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                                 capture_output=True, text=True, timeout=60, check=False).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return root
+    here = next((line.split("=", 1)[1].strip() for line in dry_run.splitlines() if line.startswith("#$ _HERE_=")),
+                None)
+    return Path(here).resolve().parent if here else root
+
+
+def cuda_library_dirs() -> list[str]:
+    """The CUDA toolkit's library folders (none without nvcc)."""
+    root = cuda_root()
+    if root is None:
+        return []
     machine = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}.get(platform.machine(), platform.machine() + "-linux")
     targets = root / "targets" / machine / "lib"
     return [str(root / "lib64"), *([str(targets)] if targets.is_dir() else [])]
