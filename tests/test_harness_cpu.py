@@ -230,15 +230,10 @@ def test_the_cuda_toolkit_is_found_behind_an_nvcc_wrapper_script(tmp_path, monke
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    languages.cuda_root.cache_clear()
-    try:
-        assert languages.cuda_root() == toolkit
-        assert languages.cuda_library_dirs()[0] == str(toolkit / "lib64")
-        other = tmp_path / "cuda-home"
-        (other / "include").mkdir(parents=True)
-        (other / "include" / "cuda_runtime.h").write_text("")
-        monkeypatch.setenv("CUDA_HOME", str(other))
-        languages.cuda_root.cache_clear()
-        assert languages.cuda_root() == other
-    finally:
-        languages.cuda_root.cache_clear()
+    assert languages.cuda_root() == toolkit
+    assert languages.cuda_library_dirs()[0] == str(toolkit / "lib64")
+    other = tmp_path / "cuda-home"
+    (other / "include").mkdir(parents=True)
+    (other / "include" / "cuda_runtime.h").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(other))
+    assert languages.cuda_root() == other

@@ -28,15 +28,19 @@ def cuda_arch_flags() -> tuple[str, ...]:
     return (f"-gencode=arch=compute_{arch},code=sm_{arch}",)
 
 
-@lru_cache(maxsize=None)
 def cuda_root() -> Path | None:
     """The CUDA toolkit's folder: CUDA_HOME or CUDA_PATH where set, else where `nvcc` lies; where that `nvcc`
     is a wrapper script outside the toolkit (no `include/cuda_runtime.h` beside it), the folder nvcc itself
     reports (`_HERE_` of a dry run). None without nvcc."""
-    for variable in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(variable) and (Path(os.environ[variable]) / "include" / "cuda_runtime.h").is_file():
-            return Path(os.environ[variable])
-    nvcc = shutil.which("nvcc")
+    return _toolkit(shutil.which("nvcc"), os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"))
+
+
+@lru_cache(maxsize=8)
+def _toolkit(nvcc: str | None, *homes: str | None) -> Path | None:
+    """`cuda_root` for this `nvcc` and these variables (a dry run of a wrapper once, not at every build)."""
+    for home in homes:
+        if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
+            return Path(home)
     if not nvcc:
         return None
     root = Path(nvcc).resolve().parent.parent
