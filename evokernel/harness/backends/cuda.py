@@ -63,16 +63,6 @@ SAMPLED_AFTER_REPLY = 1024  # output elements the worker reads before its clock 
 TARGET_REQUEST_MS = 2.0  # a timed request holds enough calls to last about this long
 
 
-def host_float64(values: torch.Tensor) -> np.ndarray:
-    """A host tensor as float64, converted by numpy: torch's conversion of a large one starts its OpenMP threads,
-    and their spinning beside OpenBLAS's threads (the float64 rows a sampled check computes next) made each check
-    8-91 ms instead of under 1 (benchmarks/sampled_check_host.py)."""
-    if values.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits are the upper half of a float32's
-        return (values.view(torch.int16).numpy().view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(
-            np.float64)
-    return values.numpy().astype(np.float64)
-
-
 class DeviceMemory:
     """One call's buffers in an allocation of its own, outside torch's pool: a runner given its IPC handle maps
     this allocation and nothing else of the worker's. Freed when no tensor over it is left."""
@@ -280,7 +270,7 @@ class Backend:
         """Elements at flat positions, as float64; copied to the host in their own type (a sampled check reads a
         whole attention head: a quarter of the bytes of float64)."""
         index = torch.as_tensor(np.asarray(flat, dtype=np.int64), device=array.device)
-        return host_float64(array.reshape(-1)[index].cpu())
+        return array.reshape(-1)[index].cpu().double().numpy()
 
     def faults(self, calls: list[Inputs]) -> list[Fault]:
         """Each call's guard bands and outputs, as `Fault`s, read back from the device at once (a timed request's
