@@ -23,15 +23,13 @@ FLUSH_BYTES = 32 << 20
 DTYPES = {"float32": np.float32}
 VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "sve", "asimd")  # named in the device, as /proc/cpuinfo lists them
 ARENA_BYTES = 512 << 20  # each runner's shared buffers (sparse: only what calls touch is memory; under the file-size limit)
+TARGET_REQUEST_MS = 2.0  # a timed request holds enough calls to last about this long (the round trip is small)
 
 
 def _intact(buffer: np.ndarray) -> bool:
     """Whether a buffer's guard bands still hold the canary."""
     held = canary(buffer)
     return bool(np.all(buffer[:GUARD_ELEMENTS] == held) and np.all(buffer[-GUARD_ELEMENTS:] == held))
-
-
-TARGET_REQUEST_MS = 2.0  # a timed request holds enough calls to last about this long (the round trip is small)
 
 
 class RunnerKernel:

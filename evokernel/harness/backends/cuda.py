@@ -55,6 +55,8 @@ class LaunchSlack:
         if self.in_time >= SLACK_SHRINK_AFTER:
             self.cycles, self.in_time = max(LAUNCH_SLACK_CYCLES, self.cycles // 2), 0
         return True
+
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 INDEX_DTYPES = {"int64": torch.int64, "int": torch.int32}  # of index inputs (`Indices.ctype`)
 ALLOCATION_ALIGN = 256  # bytes, each tensor's start in its call's allocation
