@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The host's share of a sampled check of an attention output, without a GPU: a gathered key and value head
 (bf16, as they cross from the device) made float64, then the float64 rows (`attention_rows`, BLAS products).
-Three conversions side by side, each in a process of its own (threads one starts spin on after it and would slow
-the next): torch's `.double()` (on its OpenMP threads for a head), the same with one torch thread, and numpy's
-(the bf16 bits shifted into float32s). On the H200's host a sampled check of a d128 or d256 head took 16 ms
+Variants side by side, each in a process of its own (threads one starts spin on after it and would slow the
+next): torch's `.double()` (on its OpenMP threads for a head), the same with one torch thread, numpy's (the bf16
+bits shifted into float32s), and torch's beside a one-thread BLAS (OPENBLAS_NUM_THREADS=1 for the process: the
+rows' products and torch's threads then cannot spin against each other). On the H200's host a sampled check of a d128 or d256 head took 16 ms
 against 1.5 ms for d64 (trusted_timing/RESULTS.md): this says on any machine which conversion avoids it.
 Medians over --repeats, in ms.
 
@@ -44,7 +45,8 @@ def by_numpy(values: torch.Tensor) -> np.ndarray:
 
 
 CONVERSIONS = {"torch": lambda t: t.double().numpy(), "torch, 1 thread": lambda t: t.double().numpy(),
-               "numpy": by_numpy}
+               "numpy": by_numpy, "torch, BLAS 1 thread": lambda t: t.double().numpy()}
+ENVIRONMENTS = {"torch, BLAS 1 thread": {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}
 
 
 def measure(conversion: str, head_dims: list[int], seqlen: int, repeats: int) -> list[float]:
@@ -77,7 +79,8 @@ def main() -> None:
     columns = {}
     for conversion in CONVERSIONS:
         out = subprocess.run([sys.executable, __file__, "--conversion", conversion, "--repeats", str(args.repeats),
-                              "--seqlen", str(args.seqlen)], capture_output=True, text=True, check=True).stdout
+                              "--seqlen", str(args.seqlen)], capture_output=True, text=True, check=True,
+                             env={**os.environ, **ENVIRONMENTS.get(conversion, {})}).stdout
         columns[conversion] = [float(x) for x in out.split()]
     lines = ["| head dim | " + " | ".join(f"{name}, ms" for name in CONVERSIONS) + " |",
              "|---" * (1 + len(CONVERSIONS)) + "|"]
