@@ -124,6 +124,29 @@ def test_a_command_call_is_recorded_like_any_call(tmp_path):
     assert call["cost_usd"] == pytest.approx((200 * 1.0 + 101 * 2.0) / 1e6)
 
 
+def test_the_same_question_about_the_same_kernels_is_not_posted_twice(tmp_path):
+    from evokernel.mutations import AnswerPending, ProposalFailed
+    config = LLMConfig.model_validate({"models": [{"model": "files"}], "max_open_prompts": 8})
+    rng = __import__("random").Random(0)
+
+    def ask(store, question: str, parent_hash: str):
+        return LLMClient(config, store).ask(f"about {question}", rng, operator="question-mutation",
+                                            question_id=question, parent_ids=[1], parent_hashes=[parent_hash])
+
+    with Store(tmp_path / "run", create=True) as store:
+        with pytest.raises(AnswerPending) as first:
+            ask(store, "q1", "h")
+        with pytest.raises(ProposalFailed, match=f"waits as prompt {first.value.prompt_id}"):
+            ask(store, "q1", "h")
+        for question, parent_hash in (("q2", "h"), ("q1", "other parent")):  # another question, other kernels
+            with pytest.raises(AnswerPending):
+                ask(store, question, parent_hash)
+        assert store.open_prompt_count() == 3
+        store.close_prompt(first.value.prompt_id, "answered")
+        with pytest.raises(AnswerPending):  # once answered, the question may be asked again
+            ask(store, "q1", "h")
+
+
 @pytest.mark.slow
 def test_a_run_whose_question_children_come_from_a_command(tmp_path):
     (tmp_path / "agent.py").write_text(AGENT)

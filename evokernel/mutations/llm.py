@@ -358,9 +358,13 @@ class LLMClient:
         for model in order:
             key = keys[model.model]
             if is_files(model.model):
-                if store.open_prompt_count() < self.config.max_open_prompts:
+                waiting = next((p.id for p in store.prompts("open") if p.question_key == key), None)
+                if waiting:  # the same question about the same parents: one answerer's work, not two
+                    last_error = f"files: the same question about the same kernels waits as prompt {waiting}"
+                elif store.open_prompt_count() < self.config.max_open_prompts:
                     raise self._post(prompt, key, trigger, meta, store)
-                last_error = f"files: {self.config.max_open_prompts} prompts already wait for answers"
+                else:
+                    last_error = f"files: {self.config.max_open_prompts} prompts already wait for answers"
                 continue
             started = time.monotonic()
             try:
