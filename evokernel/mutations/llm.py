@@ -360,7 +360,10 @@ class LLMClient:
             if is_files(model.model):
                 waiting = next((p.id for p in store.prompts("open") if p.question_key == key), None)
                 if waiting:  # the same question about the same parents: one answerer's work, not two
-                    last_error = f"files: the same question about the same kernels waits as prompt {waiting}"
+                    last_error = ("files: the same question about the same kernels waits for its answer "
+                                  f"(prompt {waiting})")
+                    if self.files_only:  # no other model could take it: say so as the failure's own kind
+                        raise ProposalFailed(last_error)
                 elif store.open_prompt_count() < self.config.max_open_prompts:
                     raise self._post(prompt, key, trigger, meta, store)
                 else:
