@@ -4,9 +4,12 @@
 # run carried in experiments/attention_hopper/qruns/ (the answers given in between become children and are
 # evaluated; new prompts are written). What comes back under $OUT: the run directory as run.tar.gz, the
 # run's log, its lineage tree and open prompts.
-#   device run, carry [".carry", "experiments/attention_hopper/qruns"]:
+#   device run, carry [".carry"]; the run travels as its archive (tar cJf runs/RUN.tar.xz -C qruns RUN: xz keeps
+#   it under 1 MB, where the prompts' repeated kernels make a copied run folder tens of MB):
 #   mkdir -p /tmp/site && tar xJf .carry/pydeps.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD;
-#   python3 -m pip install -q --no-deps --no-build-isolation -e . && bash experiments/attention_hopper/question_round.sh
+#   python3 -m pip install -q --no-deps --no-build-isolation -e . && mkdir -p experiments/attention_hopper/qruns &&
+#   tar xJf experiments/attention_hopper/runs/RUN.tar.xz -C experiments/attention_hopper/qruns &&
+#   bash experiments/attention_hopper/question_round.sh
 set -uo pipefail
 RUNS=experiments/attention_hopper/qruns
 mkdir -p "$RUNS" "${OUT:?}"
