@@ -17,7 +17,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.prompts import (_demangle, compiler_messages, crossover_prompt, mutation_prompt,
                                          register_summary, repair_prompt)
 from evokernel.search.operator_contexts import CHILDREN_SHOWN, LINEAGE_DEPTH, lineage_summary, parent_view
-from evokernel.store import Individual, Store
+from evokernel.store import Individual, LLMCall, Store
 from evokernel.source import normalized_hash, source_hash
 
 ROOT = Path(__file__).parents[1]
@@ -191,11 +191,13 @@ def test_knob_values_and_what_a_knob_is_appear():
 
 
 def add(store: Store, source: str, fitness: float | None, parents: list[int] | None = None, operator: str = "seed",
-        question_id: str | None = None, knobs: dict | None = None, status: str | None = None) -> int:
+        question_id: str | None = None, knobs: dict | None = None, status: str | None = None,
+        answer: str | None = None) -> int:
+    call_id = store.add_llm_call(LLMCall(model="files", prompt="p", response=answer)) if answer else None
     kernel_id = store.add_individual(Individual(operator=operator, source_hash=source_hash(source),
                                                 normalized_hash=normalized_hash(source), language="c",
                                                 parent_ids=parents or [], question_id=question_id,
-                                                knobs=knobs or {}), source)
+                                                knobs=knobs or {}, llm_call_id=call_id), source)
     store.update_individual(kernel_id, status=status or ("correct" if fitness is not None else "rejected"),
                             fitness=fitness,
                             failure=None if fitness is not None else "wrong result on d32-b1-h2-s48\nmore")
@@ -248,6 +250,28 @@ def test_what_was_tried_beside_the_line_is_told_so_that_an_answer_does_not_repea
     assert lines[5].startswith(f"#{sibling} from #{step} by question-crossover") and lines[5].endswith("(-1.9%)")
     assert lines[6:] == [f"Already made from #{kernel} (1; latest last):",
                          f"#{kernel + 2} from #{kernel} by knob-mutation: 1.060 -> 1.070 (+0.9%)"]
+
+
+def test_each_step_says_the_change_its_answer_stated_so_that_siblings_do_not_repeat_it(tmp_path):
+    """Answers are asked for a `Change:` line; the history shows it (outside code, shortened), for the line's
+    steps, the tries beside it and the children; an answer without one shows none."""
+    stated = ("1. The exponential unit limits d64.\n**Change:** a quarter of the exponentials as a cubic on the "
+              "FMA pipe\n```c\n// Change: not this one, it is code\nint b;\n```\n")
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        step = add(store, "int b;", 0.97, [seed], "question-mutation", "barrier-waits", answer=stated)
+        long = "Change: " + "tile " * 100
+        sibling = add(store, "int c;", 1.02, [seed], "question-mutation", "barrier-waits", answer=long)
+        child = add(store, "int d;", 1.0, [step], "question-mutation", "barrier-waits",
+                    answer="no such line\n```c\nint d;\n```")
+        lines = lineage_summary(store, step).splitlines()
+    assert lines[1].endswith("0.970 (-3.0%); change: a quarter of the exponentials as a cubic on the FMA pipe")
+    assert lines[2] == "Also tried from the kernels of this line (1; latest last):"
+    assert lines[3].startswith(f"#{sibling} from #{seed}") and lines[3].endswith(
+        "; change: " + ("tile " * 100)[:197].rstrip() + "...")
+    assert lines[4] == f"Already made from #{step} (1; latest last):"
+    assert lines[5].startswith(f"#{child} from #{step}") and "change:" not in lines[5]
+    assert "Change:` (later prompts" in mutation_prompt(Parent(1, "int a;", 1.0), QUESTION, "default", CPU_TASK)
 
 
 def test_a_long_line_shows_its_latest_steps_and_children(tmp_path):

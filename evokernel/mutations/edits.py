@@ -24,6 +24,10 @@ LIMIT_CLAIMS = re.compile(
     r"(possible|available|left)|nothing (left|more) to (improve|optimi[sz]e|gain)|(the )?(kernel|work) is done)\b",
     re.IGNORECASE)
 
+CHANGE_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]*|\d+\.[ \t]*)?[*_`]*change[*_`]*[ \t]*:[*_`]*[ \t]*(\S.*)$",
+                         re.IGNORECASE | re.MULTILINE)
+CHANGE_SHOWN = 200  # characters of an answer's stated change that later prompts are told of
+
 
 @dataclass
 class ParsedAnswer:
@@ -101,3 +105,13 @@ def parse_answer(answer: str | None, parent_source: str) -> ParsedAnswer:
 def claims_limit(prose: str) -> bool:
     """Whether the answer's prose declares the kernel optimal, at a limit, or done."""
     return bool(LIMIT_CLAIMS.search(prose))
+
+
+def stated_change(answer: str | None) -> str | None:
+    """The answer's one-line `Change: ...` outside its code (the answer format asks for it), shortened: what a
+    later prompt says was tried, so that answerers about the same line do not repeat it. None if not stated."""
+    match = CHANGE_LINE.search(FENCE.sub(" ", EDIT.sub(" ", answer or "")))
+    if not match:
+        return None
+    text = " ".join(match.group(1).split()).strip("*_` ")
+    return text if len(text) <= CHANGE_SHOWN else text[:CHANGE_SHOWN - 3].rstrip() + "..."

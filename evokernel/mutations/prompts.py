@@ -23,7 +23,7 @@ from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 4  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 5  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -286,14 +286,16 @@ def _answer_format(language: str, propose_question: bool) -> str:
     text = (
         "## Answer format\n"
         "1. Answer the question in a few sentences: your hypothesis and the measurement that would confirm it.\n"
-        "2. Then give the new kernel, either as the complete file in one block:\n"
+        "2. Say what you change in one line that starts with `Change:` (later prompts about this kernel's line "
+        "show it, so that nobody tries it again unknowingly).\n"
+        "3. Then give the new kernel, either as the complete file in one block:\n"
         f"```{fence}\n<the whole kernel file>\n```\n"
         "or as one or more edits of the kernel above, each with SEARCH text copied exactly from it:\n"
         "<<<<<<< SEARCH\n<lines of the current kernel>\n=======\n<their replacement>\n>>>>>>> REPLACE\n"
         "Keep the entry point and the ABI exactly as the contract states. If you conclude that no change can "
         "make it faster, say so plainly and explain which measurement shows it.\n")
     if propose_question:
-        text += ("3. Optionally, one new question that would have led you to this change sooner, bounded, "
+        text += ("4. Optionally, one new question that would have led you to this change sooner, bounded, "
                  "with no answer inside, checkable by a measurement, in this form:\n" + PROPOSAL_FORMAT + "\n")
     return text
 

@@ -15,6 +15,7 @@ from evokernel.bank import Question, configured_question_texts
 from evokernel.config import RunConfig
 from evokernel.harness import Task
 from evokernel.mutations import Context, Operator, Parent, registered_operators
+from evokernel.mutations.edits import stated_change
 from evokernel.population import Kernel
 from evokernel.store import Individual, Store
 
@@ -74,7 +75,7 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
     ancestors: list[int] = []
     while current.parent_ids and len(steps) < LINEAGE_DEPTH:
         parent = store.individual(current.parent_ids[0])
-        steps.append(_step(current, parent, texts))
+        steps.append(_step(store, current, parent, texts))
         ancestors.append(parent.id)
         current = parent
     steps.append("(earlier steps not shown)" if current.parent_ids
@@ -88,13 +89,14 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
         count = (f"{len(beside)}, the latest {len(shown_beside)} shown" if len(beside) > len(shown_beside)
                  else len(beside))
         lines.append(f"Also tried from the kernels of this line ({count}; latest last):")
-        lines += [_step(store.individual(o.id), store.individual(o.parent_ids[0]), texts) for o in shown_beside]
+        lines += [_step(store, store.individual(o.id), store.individual(o.parent_ids[0]), texts)
+                  for o in shown_beside]
     children = [o.id for o in outcomes if o.parent_ids[:1] == [kernel_id]]
     if children:
         shown = children[-CHILDREN_SHOWN:]
         count = f"{len(children)}, the latest {len(shown)} shown" if len(children) > len(shown) else len(children)
         lines.append(f"Already made from #{kernel_id} ({count}; latest last):")
-        lines += [_step(store.individual(child), kernel, texts) for child in shown]
+        lines += [_step(store, store.individual(child), kernel, texts) for child in shown]
     return "\n".join(lines)
 
 
@@ -106,8 +108,9 @@ def _fitness(kernel: Individual) -> str:
     return "not evaluated yet"
 
 
-def _step(child: Individual, parent: Individual, texts: dict[str, str]) -> str:
-    """One step: `#child from #parent by operator, question, knob changes: fitness before -> after (gain)`."""
+def _step(store: Store, child: Individual, parent: Individual, texts: dict[str, str]) -> str:
+    """One step: `#child from #parent by operator, question, knob changes: fitness before -> after (gain)`, and
+    the change its answer stated."""
     others = "".join(f" + #{other}" for other in child.parent_ids[1:])
     question = ""
     if child.question_id:
@@ -120,7 +123,10 @@ def _step(child: Individual, parent: Individual, texts: dict[str, str]) -> str:
     outcome = f"{_fitness(parent)} -> {_fitness(child)}"
     if child.status == "correct" and parent.status == "correct" and child.fitness and parent.fitness:
         outcome += f" ({100 * (child.fitness / parent.fitness - 1):+.1f}%)"
-    return f"#{child.id} from #{parent.id}{others} by {child.operator}{question}{knobs}: {outcome}"
+    call = store.llm_call(child.llm_call_id) if child.llm_call_id else None
+    change = stated_change(call["response"]) if call else None
+    return (f"#{child.id} from #{parent.id}{others} by {child.operator}{question}{knobs}: {outcome}"
+            + (f"; change: {change}" if change else ""))
 
 
 @lru_cache(maxsize=None)
