@@ -77,5 +77,10 @@ def test_declared_limits_are_detected_from_prose_or_an_unchanged_kernel():
     assert same.declared_limit  # only whitespace and comments differ
     claim = parse_answer("It cannot be improved further, but here it is:\n```c\nint z;\n```", PARENT)
     assert claim.declared_limit
+    for stated in ("Change: none", "1. The loads are coalesced already.\n2. **Change:** None."):
+        unchanged = parse_answer(stated, PARENT)
+        assert unchanged.declared_limit and unchanged.mode == "none" and unchanged.source == PARENT
+    with pytest.raises(ProposalFailed, match="says `Change: none` and why"):
+        parse_answer("Change: unroll the loop (but no code given)", PARENT)
     assert not claims_limit("The limit is the shared memory per block; moving K to registers frees it.")
     assert claims_limit("No further optimization is possible.") and claims_limit("The work is done.")

@@ -75,7 +75,8 @@ def broken_run(tmp_path_factory) -> tuple:
     ("repair", "unknown task 'y' (known: z)", "unknown task"),
     ("question-mutation", "question-mutation (q): edit 2: SEARCH text not found in the parent (starts 'for (int i;')",
      "edit N: SEARCH text not found in the parent"),
-    ("question-mutation", "question-mutation (q): no code block and no SEARCH/REPLACE edits in the answer",
+    ("question-mutation", "question-mutation (q): no code block and no SEARCH/REPLACE edits in the answer "
+     "(one that changes nothing says `Change: none` and why)",
      "no code block and no SEARCH/REPLACE edits in the answer"),
     ("repair", "repair: 3 repairs already spent on kernel #12's line (operators.repair.max_attempts = 3)",
      "N repairs already spent on kernel #N's line"),

@@ -27,6 +27,7 @@ LIMIT_CLAIMS = re.compile(
 CHANGE_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]*|\d+\.[ \t]*)?[*_`]*change[*_`]*[ \t]*:[*_`]*[ \t]*(\S.*)$",
                          re.IGNORECASE | re.MULTILINE)
 CHANGE_SHOWN = 200  # characters of an answer's stated change that later prompts are told of
+NO_CHANGE = {"none", "no change", "nothing"}  # a stated change that declares the kernel left as it is
 
 
 @dataclass
@@ -94,10 +95,11 @@ def parse_answer(answer: str | None, parent_source: str) -> ParsedAnswer:
         source, mode, prose = apply_edits(parent_source, edits), "edits", FENCE.sub(" ", EDIT.sub(" ", answer))
     elif blocks:
         source, mode, prose = max(blocks, key=len).strip("\n") + "\n", "full", FENCE.sub(" ", answer)
-    elif claims_limit(answer):
+    elif claims_limit(answer) or (stated_change(answer) or "").lower().rstrip(".") in NO_CHANGE:
         return ParsedAnswer(parent_source, "none", answer, declared_limit=True)
     else:
-        raise ProposalFailed("no code block and no SEARCH/REPLACE edits in the answer")
+        raise ProposalFailed("no code block and no SEARCH/REPLACE edits in the answer (one that changes nothing "
+                             "says `Change: none` and why)")
     unchanged = normalized_hash(source) == normalized_hash(parent_source)
     return ParsedAnswer(source, mode, prose, declared_limit=unchanged or claims_limit(prose))
 

@@ -293,7 +293,7 @@ def _answer_format(language: str, propose_question: bool) -> str:
         "or as one or more edits of the kernel above, each with SEARCH text copied exactly from it:\n"
         "<<<<<<< SEARCH\n<lines of the current kernel>\n=======\n<their replacement>\n>>>>>>> REPLACE\n"
         "Keep the entry point and the ABI exactly as the contract states. If you conclude that no change can "
-        "make it faster, say so plainly and explain which measurement shows it.\n")
+        "make it faster, say so plainly, explain which measurement shows it, and write `Change: none`.\n")
     if propose_question:
         text += ("4. Optionally, one new question that would have led you to this change sooner, bounded, "
                  "with no answer inside, checkable by a measurement, in this form:\n" + PROPOSAL_FORMAT + "\n")
