@@ -117,6 +117,25 @@ def test_registers_and_spills_are_summarised_per_kernel_function_from_ptxas_line
     assert "(not known: the build log has no ptxas lines)" in without and "255" not in without
 
 
+def test_a_long_build_log_keeps_every_functions_registers_and_cuts_only_messages():
+    """A Hopper build prints more than LOG_LIMIT of ptxas lines alone (15 functions, long names): the stored log
+    keeps them all, in order, and cuts the warnings between; the registers table is then whole."""
+    from evokernel.harness.build import LOG_LIMIT, _trim
+    functions = "".join(PTXAS_LOG.replace("attn_fwd_kernelILi128", f"attn_fwd_kernelILi{100 + n}")
+                        .replace("combine_splitsILi128", f"combine_splitsILi{100 + n}")
+                        for n in range(20))
+    warnings = "".join(f"kernel.cu({n}): warning #177-D: variable x{n} was declared but never referenced\n"
+                       for n in range(400))
+    log = "kernel.cu(3): error first\n" + warnings + functions + warnings
+    trimmed = _trim(log)
+    assert len(log) > 5 * LOG_LIMIT and len(trimmed) < len(log) // 2
+    assert _trim(PTXAS_LOG * 2) == PTXAS_LOG * 2  # short: as it is
+    assert "kernel.cu(3): error first" in trimmed and trimmed.count("[messages trimmed]") == 1
+    summary = register_summary(trimmed)
+    assert summary == register_summary(functions) and "was cut" not in summary and "(and 16 more functions)" in summary
+    assert "[trimmed]" not in compiler_messages(trimmed, "kernel.cu")
+
+
 def test_a_long_log_says_functions_are_missing_and_messages_are_capped():
     log = PTXAS_LOG + "... [trimmed] ...\n" + "".join(f"kernel.cu(9): warning #177-D: variable x{n} unused\n"
                                                      for n in range(30))

@@ -20,7 +20,10 @@ from pathlib import Path
 from evokernel.harness.languages import LANGUAGES, Language
 from evokernel.harness.sandbox import SCRATCH, run_isolated, toolchain_dirs
 
-LOG_LIMIT = 6000
+LOG_LIMIT = 6000  # characters of compiler messages kept, half from the start, half from the end
+RESOURCE_LIMIT = 40000  # ptxas's per-function resource lines are kept whole up to this (a prompt's registers table)
+_PTXAS_RESOURCE = re.compile(r"ptxas info\s*: (Compiling entry function|Function properties for|Used \d+ registers)"
+                             r"|bytes stack frame")
 # Where a candidate's source sits while it is compiled: SCRATCH in the sandbox, a build-cache
 # directory without one (older logs); compiler messages name it instead of the user's file.
 _SOURCE_PATH = re.compile(r"(?:/evk/scratch|[^\s:'\"`]*/build/[0-9a-f]{24}\.tmp\d+)/kernel\.(?:cu|c)\b")
@@ -45,10 +48,30 @@ def cache_root() -> Path:
 
 
 def _trim(log: str) -> str:
+    """A long log with its messages cut in the middle. ptxas's resource lines stay whole and in order (a
+    Hopper kernel's 15 functions with their long names fill more than LOG_LIMIT alone, and a cut table hid
+    spills from whoever read the prompt); only if they pass RESOURCE_LIMIT is the log cut as plain text."""
     if len(log) <= LOG_LIMIT:
         return log
-    half = LOG_LIMIT // 2
-    return log[:half] + "\n... [trimmed] ...\n" + log[-half:]
+    lines = log.splitlines()
+    resources = {i for i, line in enumerate(lines) if _PTXAS_RESOURCE.search(line)}
+    if sum(len(lines[i]) + 1 for i in resources) > RESOURCE_LIMIT:
+        half = LOG_LIMIT // 2
+        return log[:half] + "\n... [trimmed] ...\n" + log[-half:]
+    messages = [i for i in range(len(lines)) if i not in resources]
+    kept = set(resources)
+    for order in (messages, messages[::-1]):  # from the start, then from the end, half the limit each
+        used = 0
+        for i in order:
+            used += len(lines[i]) + 1
+            if used > LOG_LIMIT // 2:
+                break
+            kept.add(i)
+    cut = [i for i in range(len(lines)) if i not in kept]  # one mark, where the first cut line was
+    if not cut:
+        return log
+    return "\n".join("... [messages trimmed] ..." if i == cut[0] else line
+                     for i, line in enumerate(lines) if i in kept or i == cut[0])
 
 
 def show_source_paths(text: str | None, name: str) -> str | None:

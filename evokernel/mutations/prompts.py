@@ -40,7 +40,8 @@ WHY_NOW = {
 FUNCTIONS_SHOWN = 24  # kernel functions in the registers table
 MESSAGE_LINES = 12  # compiler messages shown (warnings, ptxas notes), each cut at MESSAGE_WIDTH characters
 MESSAGE_WIDTH = 300
-TRIMMED_MARK = "... [trimmed] ..."  # what build.py puts where it cut a long log
+TRIMMED_MARK = "... [trimmed] ..."  # what build.py puts where it cut a long log as plain text
+TRIMMED_MARKS = {TRIMMED_MARK, "... [messages trimmed] ..."}  # ... or only its messages (ptxas's table whole)
 
 _PTXAS_ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(\w+)'")
 _PTXAS_PROPERTIES = re.compile(r"ptxas info\s*: Function properties for (\S+)")
@@ -241,7 +242,7 @@ def register_summary(log: str) -> str:
 def compiler_messages(log: str, source_name: str) -> str:
     """The build log's warnings and notes (not ptxas's routine lines), capped, kernel names demangled."""
     lines = [line for line in (show_source_paths(log, source_name) or "").splitlines()
-             if line.strip() and line.strip() != TRIMMED_MARK and not _PTXAS_ROUTINE.search(line)]
+             if line.strip() and line.strip() not in TRIMMED_MARKS and not _PTXAS_ROUTINE.search(line)]
     if not lines:
         return ""
     shown = [_MANGLED.sub(lambda m: _demangle(m[0]), line)[:MESSAGE_WIDTH] for line in lines[:MESSAGE_LINES]]
