@@ -21,6 +21,8 @@ from evokernel.harness.languages import LANGUAGES, Language
 from evokernel.harness.sandbox import SCRATCH, run_isolated, toolchain_dirs
 
 LOG_LIMIT = 6000  # characters of compiler messages kept, half from the start, half from the end
+TRIMMED = "... [trimmed] ..."  # where a long log was cut as plain text (ptxas's table too)
+MESSAGES_TRIMMED = "... [messages trimmed] ..."  # where only messages were cut (ptxas's table whole)
 RESOURCE_LIMIT = 40000  # ptxas's per-function resource lines are kept whole up to this (a prompt's registers table)
 _PTXAS_RESOURCE = re.compile(r"ptxas info\s*: (Compiling entry function|Function properties for|Used \d+ registers)"
                              r"|bytes stack frame")
@@ -57,7 +59,7 @@ def _trim(log: str) -> str:
     resources = {i for i, line in enumerate(lines) if _PTXAS_RESOURCE.search(line)}
     if sum(len(lines[i]) + 1 for i in resources) > RESOURCE_LIMIT:
         half = LOG_LIMIT // 2
-        return log[:half] + "\n... [trimmed] ...\n" + log[-half:]
+        return log[:half] + f"\n{TRIMMED}\n" + log[-half:]
     messages = [i for i in range(len(lines)) if i not in resources]
     kept = set(resources)
     for order in (messages, messages[::-1]):  # from the start, then from the end, half the limit each
@@ -70,7 +72,7 @@ def _trim(log: str) -> str:
     cut = [i for i in range(len(lines)) if i not in kept]  # one mark, where the first cut line was
     if not cut:
         return log
-    return "\n".join("... [messages trimmed] ..." if i == cut[0] else line
+    return "\n".join(MESSAGES_TRIMMED if i == cut[0] else line
                      for i, line in enumerate(lines) if i in kept or i == cut[0])
 
 

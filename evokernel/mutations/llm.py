@@ -358,7 +358,7 @@ class LLMClient:
         for model in order:
             key = keys[model.model]
             if is_files(model.model):
-                waiting = next((p.id for p in store.prompts("open") if p.question_key == key), None)
+                waiting = store.open_prompt_for(key)
                 if waiting:  # the same question about the same parents: one answerer's work, not two
                     last_error = ("files: the same question about the same kernels waits for its answer "
                                   f"(prompt {waiting})")

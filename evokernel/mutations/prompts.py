@@ -17,7 +17,7 @@ from pathlib import Path
 from evokernel.bank import Question
 from evokernel.bank.proposed_questions import PROPOSAL_FORMAT
 from evokernel.harness import LANGUAGES, CheckOptions, SpeedReference, Task, profile_of
-from evokernel.harness.build import show_source_paths
+from evokernel.harness.build import MESSAGES_TRIMMED, TRIMMED, show_source_paths
 from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS
 from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
@@ -40,8 +40,6 @@ WHY_NOW = {
 FUNCTIONS_SHOWN = 24  # kernel functions in the registers table
 MESSAGE_LINES = 12  # compiler messages shown (warnings, ptxas notes), each cut at MESSAGE_WIDTH characters
 MESSAGE_WIDTH = 300
-TRIMMED_MARK = "... [trimmed] ..."  # what build.py puts where it cut a long log as plain text
-TRIMMED_MARKS = {TRIMMED_MARK, "... [messages trimmed] ..."}  # ... or only its messages (ptxas's table whole)
 
 _PTXAS_ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(\w+)'")
 _PTXAS_PROPERTIES = re.compile(r"ptxas info\s*: Function properties for (\S+)")
@@ -234,7 +232,7 @@ def register_summary(log: str) -> str:
                      f"{f.get('loads', '?')} | {f.get('stack', '?')} | {f.get('barriers', '?')} | {f.get('smem', '?')}")
     if len(functions) > FUNCTIONS_SHOWN:
         lines.append(f"(and {len(functions) - FUNCTIONS_SHOWN} more functions)")
-    if TRIMMED_MARK in log:
+    if TRIMMED in log:
         lines.append("(the build log was cut in the middle: functions compiled there are missing)")
     return "\n".join(lines) + "\n"
 
@@ -242,7 +240,7 @@ def register_summary(log: str) -> str:
 def compiler_messages(log: str, source_name: str) -> str:
     """The build log's warnings and notes (not ptxas's routine lines), capped, kernel names demangled."""
     lines = [line for line in (show_source_paths(log, source_name) or "").splitlines()
-             if line.strip() and line.strip() not in TRIMMED_MARKS and not _PTXAS_ROUTINE.search(line)]
+             if line.strip() and line.strip() not in (TRIMMED, MESSAGES_TRIMMED) and not _PTXAS_ROUTINE.search(line)]
     if not lines:
         return ""
     shown = [_MANGLED.sub(lambda m: _demangle(m[0]), line)[:MESSAGE_WIDTH] for line in lines[:MESSAGE_LINES]]

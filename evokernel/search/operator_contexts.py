@@ -123,8 +123,7 @@ def _step(store: Store, child: Individual, parent: Individual, texts: dict[str, 
     outcome = f"{_fitness(parent)} -> {_fitness(child)}"
     if child.status == "correct" and parent.status == "correct" and child.fitness and parent.fitness:
         outcome += f" ({100 * (child.fitness / parent.fitness - 1):+.1f}%)"
-    call = store.llm_call(child.llm_call_id) if child.llm_call_id else None
-    change = stated_change(call["response"]) if call else None
+    change = stated_change(store.llm_response(child.llm_call_id)) if child.llm_call_id else None
     return (f"#{child.id} from #{parent.id}{others} by {child.operator}{question}{knobs}: {outcome}"
             + (f"; change: {change}" if change else ""))
 

@@ -183,6 +183,11 @@ class Store:
     def llm_calls(self) -> list[dict]:
         return [dict(row) for row in self.db.execute("SELECT * FROM llm_calls ORDER BY id")]
 
+    def llm_response(self, call_id: int) -> str | None:
+        """A call's answer alone (a kernel's history reads one a step, without the prompts)."""
+        row = self.db.execute("SELECT response FROM llm_calls WHERE id = ?", (call_id,)).fetchone()
+        return row[0] if row else None
+
     def llm_call(self, call_id: int) -> dict | None:
         row = self.db.execute("SELECT * FROM llm_calls WHERE id = ?", (call_id,)).fetchone()
         return dict(row) if row else None
@@ -284,6 +289,14 @@ class Store:
         if "prompts" not in self.tables():
             return 0
         return self.db.execute("SELECT COUNT(*) FROM prompts WHERE status = 'open'").fetchone()[0]
+
+    def open_prompt_for(self, question_key: str) -> str | None:
+        """The id of an open prompt asking the question `question_key`, if one waits (without prompt texts)."""
+        if "prompts" not in self.tables():
+            return None
+        row = self.db.execute("SELECT id FROM prompts WHERE status = 'open' AND question_key = ? LIMIT 1",
+                              (question_key,)).fetchone()
+        return row[0] if row else None
 
     def prompt(self, prompt_id: str) -> OpenPrompt | None:
         if "prompts" not in self.tables():
