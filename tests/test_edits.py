@@ -70,6 +70,16 @@ def test_empty_or_codeless_answers_fail(answer):
         parse_answer(answer, PARENT)
 
 
+@pytest.mark.parametrize("answer", ["Change: none (the loop is already vectorised).",
+                                    "This kernel is already optimal: it runs at the memory bandwidth."])
+def test_an_answer_that_may_not_keep_its_parent_must_hold_code(answer):
+    """A first kernel has no parent to keep: 'Change: none' there is an answer without a kernel, and its
+    refusal does not suggest writing it."""
+    with pytest.raises(ProposalFailed) as failure:
+        parse_answer(answer, "", may_keep_parent=False)
+    assert str(failure.value) == "no code block and no SEARCH/REPLACE edits in the answer"
+
+
 def test_declared_limits_are_detected_from_prose_or_an_unchanged_kernel():
     no_code = parse_answer("This kernel is already optimal: it runs at the memory bandwidth.", PARENT)
     assert no_code.declared_limit and no_code.mode == "none" and no_code.source == PARENT

@@ -28,6 +28,7 @@ CHANGE_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]*|\d+\.[ \t]*)?[*_`]*change[*_`]*[
                          re.IGNORECASE | re.MULTILINE)
 CHANGE_SHOWN = 200  # characters of an answer's stated change that later prompts are told of
 NO_CHANGE = {"none", "no change", "nothing"}  # a stated change that declares the kernel left as it is
+NO_CODE = "no code block and no SEARCH/REPLACE edits in the answer"
 
 
 @dataclass
@@ -85,8 +86,9 @@ def apply_edits(parent: str, edits: list[tuple[str, str]]) -> str:
     return source
 
 
-def parse_answer(answer: str | None, parent_source: str) -> ParsedAnswer:
-    """The child source an answer describes; ProposalFailed when there is none."""
+def parse_answer(answer: str | None, parent_source: str, may_keep_parent: bool = True) -> ParsedAnswer:
+    """The child source an answer describes; ProposalFailed when there is none. `may_keep_parent`: whether an
+    answer may declare the parent left as it is (not for a first kernel, which has no parent to keep)."""
     if not answer or not answer.strip():
         raise ProposalFailed("empty answer")
     edits = [(m.group(1), m.group(2)) for m in EDIT.finditer(answer)]
@@ -95,11 +97,12 @@ def parse_answer(answer: str | None, parent_source: str) -> ParsedAnswer:
         source, mode, prose = apply_edits(parent_source, edits), "edits", FENCE.sub(" ", EDIT.sub(" ", answer))
     elif blocks:
         source, mode, prose = max(blocks, key=len).strip("\n") + "\n", "full", FENCE.sub(" ", answer)
-    elif claims_limit(answer) or (stated_change(answer) or "").lower().rstrip(".") in NO_CHANGE:
+    elif may_keep_parent and (claims_limit(answer) or (stated_change(answer) or "").lower().rstrip(".") in NO_CHANGE):
         return ParsedAnswer(parent_source, "none", answer, declared_limit=True)
+    elif may_keep_parent:
+        raise ProposalFailed(f"{NO_CODE} (one that changes nothing says `Change: none` and why)")
     else:
-        raise ProposalFailed("no code block and no SEARCH/REPLACE edits in the answer (one that changes nothing "
-                             "says `Change: none` and why)")
+        raise ProposalFailed(NO_CODE)
     unchanged = normalized_hash(source) == normalized_hash(parent_source)
     return ParsedAnswer(source, mode, prose, declared_limit=unchanged or claims_limit(prose))
 

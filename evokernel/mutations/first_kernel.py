@@ -49,7 +49,7 @@ def ask_first_kernel(client: LLMClient, task: Task, question: Question, referenc
     answer = client.ask(first_kernel_prompt(task, question, reference, previous, error), rng, operator=FIRST_KERNEL,
                         question_id=question.id, trigger=FIRST_KERNEL, **record)
     try:
-        return parse_answer(answer.text, previous or "").source, answer
+        return parse_answer(answer.text, previous or "", may_keep_parent=False).source, answer
     except ProposalFailed as exc:
         raise ProposalFailed(f"the answer holds no kernel: {exc}", answer.call_id) from None
 
