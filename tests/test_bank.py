@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -184,18 +185,18 @@ def test_a_question_file_above_the_size_limit_is_refused_in_one_line(tmp_path):
 def test_gpu_only_questions_are_tagged_and_never_asked_of_a_cpu_task():
     import random
 
-    from evokernel.bank import QuestionPolicy
+    from evokernel.bank import QuestionPolicy, Subject
 
     bank = load_bank()
     for question in bank:
         if GPU_WORDS.search(question.text) or "gpu" in question.text.lower():
             assert question.devices == ["gpu"], question.id
-    assert all(bank.for_trigger(trigger, "cpu") for trigger in TRIGGERS)  # every trigger still has questions
+    assert all(bank.for_trigger(trigger, Subject("cpu")) for trigger in TRIGGERS)  # every trigger still has some
     rng = random.Random(0)
-    policy = QuestionPolicy(bank, device="cpu")
+    policy = QuestionPolicy(bank, subject=Subject("cpu"))
     asked = {policy.choose(trigger, rng).id for trigger in TRIGGERS for _ in range(200)}
-    assert asked and all(bank.get(q).applies_to("cpu") and not bank.get(q).devices for q in asked)
-    gpu = QuestionPolicy(bank, device="gpu")
+    assert asked and all(bank.get(q).applies_to(Subject("cpu")) and not bank.get(q).devices for q in asked)
+    gpu = QuestionPolicy(bank, subject=Subject("gpu"))
     assert {gpu.choose("default", rng).id for _ in range(500)} & {q.id for q in bank if q.devices == ["gpu"]}
 
 
@@ -206,8 +207,59 @@ def test_run_services_choose_questions_for_the_tasks_device(tmp_path):
 
     llm = {"models": [{"model": "openai/fake", "api_base": "http://127.0.0.1:9/v1"}]}
     with Store(tmp_path / "run", create=True) as store:
-        assert build_services(RunConfig(task="attention-fwd-cpu", llm=llm), store)["policy"].device == "cpu"
-        assert build_services(RunConfig(task="attention-fwd", llm=llm), store)["policy"].device == "gpu"
+        assert build_services(RunConfig(task="attention-fwd-cpu", llm=llm), store)["policy"].subject.device == "cpu"
+        assert build_services(RunConfig(task="attention-fwd", llm=llm), store)["policy"].subject.device == "gpu"
+
+
+def test_questions_about_traits_a_task_lacks_are_never_asked(tmp_path):
+    """A search of `fa3-2k` (no grouped-query scenario) was asked how K and V tiles are shared between the heads of
+    a group, and a CPU RMSNorm about causal tiles: a question's `needs` must all be traits of the task in the run's
+    scenarios."""
+    import random
+
+    from evokernel.config import RunConfig
+    from evokernel.mutations.operators.questions import build_services
+    from evokernel.store import Store
+
+    llm = {"models": [{"model": "openai/fake", "api_base": "http://127.0.0.1:9/v1"}]}
+    bank = load_bank()
+    needing = {q.id: set(q.needs) for q in bank if q.needs}
+    assert {"gqa-kv-reuse", "masked-tiles-computed", "softmax-share-of-iteration"} <= set(needing)
+    task_dir = Path(__file__).parents[1] / "examples" / "tasks" / "rmsnorm_cpu"
+    with Store(tmp_path / "run", create=True) as store:
+        policies = {name: build_services(RunConfig(task=task, scenarios=scenarios, llm=llm), store)["policy"]
+                    for name, task, scenarios in [("grid", "attention-fwd-cpu", "grid"),
+                                                  ("gqa", "attention-fwd-cpu", "gqa"),
+                                                  ("rmsnorm", str(task_dir), "quick")]}
+    assert policies["grid"].subject.traits == {"attention", "causal"}
+    assert policies["gqa"].subject.traits == {"attention", "causal", "grouped-query"}
+    assert policies["rmsnorm"].subject.traits == frozenset()
+    rng = random.Random(1)
+    asked = {name: {policy.choose(trigger, rng).id for trigger in TRIGGERS for _ in range(300)}
+             for name, policy in policies.items()}
+    assert "gqa-kv-reuse" in asked["gqa"] and "gqa-kv-reuse" not in asked["grid"]
+    assert "masked-tiles-computed" in asked["grid"]
+    assert not asked["rmsnorm"] & set(needing) and asked["rmsnorm"]
+
+
+def test_needs_round_trip_listing_by_task_and_validation(tmp_path):
+    text = "Is each K and V tile of a grouped-query head group read from memory once, or once per query head?"
+    runner = CliRunner()
+    added = runner.invoke(main, ["bank", "add", "--bank", str(tmp_path / "b"), "--text", text, "--layer", "memory",
+                                 "--needs", "grouped-query", "--id", "group-reads"])
+    assert added.exit_code == 0, added.output
+    assert load_bank([tmp_path / "b"], builtin=False).get("group-reads").needs == ["grouped-query"]
+    listed = runner.invoke(main, ["bank", "list", "--no-builtin", "--bank", str(tmp_path / "b"), "--task",
+                                  "attention-fwd-cpu", "--json"])
+    assert [q["id"] for q in json.loads(listed.output)] == ["group-reads"]
+    cpu_bank = runner.invoke(main, ["bank", "list", "--no-builtin", "--bank", str(tmp_path / "b"), "--task",
+                                    str(Path(__file__).parents[1] / "examples" / "tasks" / "rmsnorm_cpu"), "--json"])
+    assert cpu_bank.exit_code == 0 and json.loads(cpu_bank.output) == []
+    wrong_device = runner.invoke(main, ["bank", "list", "--task", "attention-fwd-cpu", "--device", "gpu"])
+    assert wrong_device.exit_code == 2 and "runs on a cpu" in wrong_device.output
+    path = write_bank(tmp_path / "c", [{**GOOD, "needs": ["Grouped Query"]}])
+    with pytest.raises(BadInput, match="field 'needs'.*'Grouped Query' is not a lowercase word"):
+        load_file(path)
 
 
 def test_devices_field_round_trip_and_validation(tmp_path):

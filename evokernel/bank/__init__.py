@@ -1,12 +1,13 @@
 """The question bank: questions (YAML), lint, when to ask (triggers), which to ask (policy), what paid (payoffs).
 
 Interface used by the search, the operators and the CLI:
-- `load_bank(dirs, builtin=True) -> Bank`; `Bank.for_trigger(trigger, device)`, `Bank.get(id)`; `Question`
-  (id, text, triggers, layers, devices, notes); `question_text(id)` (built-in bank lookup, LookupError if unknown).
+- `load_bank(dirs, builtin=True) -> Bank`; `Bank.for_trigger(trigger, subject)`, `Bank.get(id)`; `Question`
+  (id, text, triggers, layers, devices, needs, notes); `Subject(device, traits)`: what questions are
+  asked about; `question_text(id)` (built-in bank lookup, LookupError if unknown).
 - `lint_questions(questions, files) -> list[Problem]`; `shape_problems(text)`; `duplicate_problems(text, others)`;
-  `admit_question(dir, text, triggers, layers, id, notes, devices=...)` writes a question to a user bank after
+  `admit_question(dir, text, triggers, layers, id, notes, devices=..., needs=...)` writes a question to a user bank after
   the lint.
-- `QuestionPolicy(bank, prior, device)`: `choose(trigger, rng, store) -> Question`, Thompson sampling on
+- `QuestionPolicy(bank, prior, subject)`: `choose(trigger, rng, store) -> Question`, Thompson sampling on
   "child beat its parent", counts from the live run's store plus `prior` (`prior_from_runs(config.bank.stats_from)`).
 - `configured_question_texts(run_dirs)`: the texts of the questions in the banks those runs were configured
   with. The bank reads runs only through `evokernel.store`; per-question statistics over runs are
@@ -31,7 +32,7 @@ from evokernel.bank.lint import Problem, duplicate_problems, lint_questions, sha
 from evokernel.bank.policy import QuestionPolicy
 from evokernel.bank.proposed_questions import PROPOSAL_FORMAT, parse_proposed_question, review_proposed
 from evokernel.bank.payoffs import configured_question_texts, prior_from_runs
-from evokernel.bank.questions import LAYERS, TRIGGERS, Bank, Question, load_bank, write_question
+from evokernel.bank.questions import LAYERS, TRIGGERS, Bank, Question, Subject, load_bank, write_question
 from evokernel.bank.triggers import TriggerMonitor, gain_ratio
 
 
@@ -48,6 +49,6 @@ def question_text(question_id: str) -> str:
 
 
 __all__ = ["LAYERS", "PROPOSAL_FORMAT", "TRIGGERS", "Bank", "Problem", "Question", "QuestionPolicy",
-           "TriggerMonitor", "admit_question", "configured_question_texts", "duplicate_problems", "lint_questions",
+           "Subject", "TriggerMonitor", "admit_question", "configured_question_texts", "duplicate_problems", "lint_questions",
            "gain_ratio", "load_bank", "parse_proposed_question", "prior_from_runs", "question_text", "review_proposed",
            "shape_problems", "write_question"]

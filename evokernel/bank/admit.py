@@ -17,14 +17,14 @@ from evokernel.errors import BadInput
 
 def admit_question(directory: Path, text: str, triggers: list[str], layers: list[str],
                    question_id: str | None = None, notes: str | None = None, builtin: bool = True,
-                   devices: list[str] | None = None) -> Path:
+                   devices: list[str] | None = None, needs: list[str] | None = None) -> Path:
     """Write a checked question to `directory` and return the file written."""
     directory = Path(directory)
     bank = load_bank([directory] if directory.is_dir() else [], builtin=builtin)
     question_id = question_id or slug(text)
     try:
         question = Question(id=question_id, text=text, triggers=triggers or ["default"], layers=layers,
-                            devices=devices or [], notes=notes)
+                            devices=devices or [], needs=needs or [], notes=notes)
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(p) for p in error["loc"])

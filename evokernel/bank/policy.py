@@ -1,5 +1,6 @@
 """Which question to ask: Thompson sampling on "the child beat its parent", per trigger, among the
-questions that apply to the task's device (a CPU task is never asked a GPU-only question).
+questions that apply to the task (its device and traits: a CPU task is never asked a GPU-only question, a
+task without grouped-query scenarios never one about them).
 
 Each question has a Beta(1 + wins, 1 + losses) belief; the counts are those of earlier runs (the
 prior) plus those of the live run, read from its store at every choice so the policy needs no
@@ -10,28 +11,30 @@ from __future__ import annotations
 
 import random
 
-from evokernel.bank.questions import Bank, Question
+from evokernel.bank.questions import Bank, Question, Subject
 from evokernel.bank.payoffs import outcome_counts
 from evokernel.errors import BadInput
 
 
 class QuestionPolicy:
-    def __init__(self, bank: Bank, prior: dict[str, tuple[int, int]] | None = None, device: str | None = None) -> None:
+    def __init__(self, bank: Bank, prior: dict[str, tuple[int, int]] | None = None,
+                 subject: Subject = Subject()) -> None:
         if not len(bank):
             raise BadInput("the question bank is empty: enable the built-in bank or add questions")
-        if device is not None and not any(q.applies_to(device) for q in bank):
-            raise BadInput(f"no question in the bank applies to a {device} task (see `devices` in the bank files)")
+        if not any(q.applies_to(subject) for q in bank):
+            raise BadInput(f"no question in the bank applies to {subject.describe()} "
+                           "(see `devices` and `needs` in the bank files)")
         self.bank = bank
         self.prior = prior or {}
-        self.device = device  # "gpu" or "cpu": questions tagged for other devices are never asked
+        self.subject = subject  # questions for other devices, or about traits the task lacks, are never asked
 
     def candidates(self, trigger: str, layer: str | None = None) -> list[Question]:
-        """Questions allowed under `trigger` that apply to the device; the default ones when none is. With
+        """Questions allowed under `trigger` that apply to the task; the default ones when none is. With
         `layer`, only that layer's questions under `trigger` (no others stand in: they ask something else)."""
         if layer is not None:
-            return [q for q in self.bank.for_trigger(trigger, self.device) if layer in q.layers]
-        return (self.bank.for_trigger(trigger, self.device) or self.bank.for_trigger("default", self.device)
-                or [q for q in self.bank if q.applies_to(self.device)])
+            return [q for q in self.bank.for_trigger(trigger, self.subject) if layer in q.layers]
+        return (self.bank.for_trigger(trigger, self.subject) or self.bank.for_trigger("default", self.subject)
+                or [q for q in self.bank if q.applies_to(self.subject)])
 
     def beliefs(self, store=None) -> dict[str, tuple[int, int]]:
         """(wins, losses) per question: the prior plus the live run's outcomes."""

@@ -2,7 +2,8 @@
 
 A bank file holds `questions:`, a list of mappings with `id`, `text`, `triggers`, `layers` (from the
 fixed set LAYERS), optional `devices` (the kinds of device the question applies to, `gpu` and/or `cpu`;
-absent: all) and optional `notes`. The built-in bank ships as package data in `builtin/`; user banks
+absent: all), optional `needs` (traits of the task the question is about, all of which the task must have:
+`attention`, `causal`, `grouped-query`, or a user task's own words; absent: any task) and optional `notes`. The built-in bank ships as package data in `builtin/`; user banks
 are directories of the same YAML, loaded after it (an id may appear only once across all of them).
 A question file may hold at most MAX_FILE_BYTES.
 """
@@ -33,6 +34,7 @@ def error_message(error: dict) -> str:
     return str(error["msg"]).removeprefix("Value error, ")
 Trigger = Literal["default", "stagnation", "declared-limit", "suspicious-gain", "repair", "crossover", "first-kernel"]
 ID_PATTERN = r"^[a-z0-9][a-z0-9-]{1,63}$"
+TRAIT_PATTERN = r"[a-z0-9][a-z0-9-]{0,39}"
 
 
 class Question(BaseModel):
@@ -45,6 +47,7 @@ class Question(BaseModel):
     triggers: list[Trigger] = Field(min_length=1)
     layers: list[str] = Field(default_factory=list)
     devices: list[Device] = Field(default_factory=list, description="gpu and/or cpu; empty: every device")
+    needs: list[str] = Field(default_factory=list, description="task traits it is about; empty: any task")
     notes: str | None = None
 
     @field_validator("text")
@@ -60,9 +63,33 @@ class Question(BaseModel):
                 raise ValueError(f"layer '{layer}' is not one of {', '.join(LAYERS)}")
         return layers
 
-    def applies_to(self, device: str | None) -> bool:
-        """Whether the question may be asked about a kernel for `device` (None: any)."""
-        return device is None or not self.devices or device in self.devices
+    @field_validator("needs")
+    @classmethod
+    def _trait_words(cls, needs: list[str]) -> list[str]:
+        for trait in needs:
+            if not re.fullmatch(TRAIT_PATTERN, trait):
+                raise ValueError(f"trait '{trait}' is not a lowercase word (letters, digits, dashes)")
+        return needs
+
+    def applies_to(self, subject: Subject) -> bool:
+        """Whether the question may be asked about `subject`'s kernels (what it leaves unknown is not filtered)."""
+        device_fits = subject.device is None or not self.devices or subject.device in self.devices
+        return device_fits and (subject.traits is None or set(self.needs) <= subject.traits)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What questions are asked about: the kind of device the task's kernels run on (`gpu`, `cpu`) and the task's
+    traits in the run's scenarios (`Task.traits`). None: unknown, any question fits. A question about causal
+    masks is not asked of a task without one, nor a question about GPU hardware of a CPU task."""
+
+    device: str | None = None
+    traits: frozenset[str] | None = None
+
+    def describe(self) -> str:
+        """E.g. "a gpu task (traits: attention, causal)"."""
+        traits = "" if self.traits is None else f" (traits: {', '.join(sorted(self.traits)) or 'none'})"
+        return f"a {self.device or 'any-device'} task{traits}"
 
 
 @dataclass
@@ -83,9 +110,9 @@ class Bank:
             raise BadInput(f"no question '{question_id}' in the bank")
         return self.questions[question_id]
 
-    def for_trigger(self, trigger: str, device: str | None = None) -> list[Question]:
-        """The questions allowed under `trigger` that apply to `device` (None: any device)."""
-        return [q for q in self.questions.values() if trigger in q.triggers and q.applies_to(device)]
+    def for_trigger(self, trigger: str, subject: Subject = Subject()) -> list[Question]:
+        """The questions allowed under `trigger` that apply to `subject`."""
+        return [q for q in self.questions.values() if trigger in q.triggers and q.applies_to(subject)]
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -153,8 +180,7 @@ def write_question(directory: Path, question: Question) -> Path:
     path = directory / f"{question.id}.yaml"
     if path.exists():
         raise BadInput(f"{path} already exists: choose another --id")
-    entry = question.model_dump(exclude_none=True)
-    if not entry["devices"]:
-        del entry["devices"]
+    entry = {key: value for key, value in question.model_dump(exclude_none=True).items()
+             if value or key not in ("devices", "needs")}
     path.write_text(yaml.safe_dump({"questions": [entry]}, sort_keys=False, width=100, allow_unicode=True))
     return path

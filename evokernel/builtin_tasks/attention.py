@@ -86,6 +86,11 @@ class AttentionTask(Task):
                   ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")),
                 Scalar("causal", "int", int(s.causal)), Scalar("softmax_scale", "float", s.scale)]
 
+    def traits(self, scenarios: list[Scenario]) -> frozenset[str]:
+        """`attention`; `causal` and `grouped-query` where some scenario is."""
+        return frozenset({"attention"} | {"causal" for s in scenarios if s.causal}
+                         | {"grouped-query" for s in scenarios if s.heads_kv < s.heads_q})
+
     def flops(self, s: Scenario) -> float:
         """Matrix FLOPs of QK^T and PV over the visible pairs (the figure FlashAttention reports)."""
         return 4.0 * s.batch * s.heads_q * s.head_dim * s.visible_pairs()

@@ -25,11 +25,13 @@ def bank() -> None:
 @_builtin
 @click.option("--trigger", help="Only questions asked under this trigger.")
 @click.option("--device", help="Only questions that apply to this device (gpu or cpu).")
+@click.option("--task", "task_name", help="Only the questions a search of this task (built-in name or directory) "
+                                          "may ask: its device, and its traits in every scenario.")
 @json_flag
 def bank_list(bank_dirs: tuple[Path, ...], builtin: bool, trigger: str | None, device: str | None,
-              as_json: bool) -> None:
+              task_name: str | None, as_json: bool) -> None:
     """List the questions in force (piped: one tab-separated line per question after a header line)."""
-    from evokernel.bank import TRIGGERS, load_bank
+    from evokernel.bank import TRIGGERS, Subject, load_bank
     from evokernel.bank.questions import DEVICES
     from evokernel.output import Column, print_json, print_table
 
@@ -37,14 +39,23 @@ def bank_list(bank_dirs: tuple[Path, ...], builtin: bool, trigger: str | None, d
         raise BadInput(f"--trigger '{trigger}': expected one of {', '.join(TRIGGERS)}")
     if device and device not in DEVICES:
         raise BadInput(f"--device '{device}': expected one of {', '.join(DEVICES)}")
+    subject = Subject(device)
+    if task_name:
+        from evokernel.harness import get_task, profile_of
+
+        task = get_task(task_name)
+        task_device = profile_of(task.backend).device_kind
+        if device and device != task_device:
+            raise BadInput(f"--device '{device}': task {task.name} runs on a {task_device}")
+        subject = Subject(task_device, task.traits(task.scenarios("all")))
     questions = load_bank(list(bank_dirs), builtin=builtin)
-    shown = [q for q in questions if (trigger is None or trigger in q.triggers) and q.applies_to(device)]
+    shown = [q for q in questions if (trigger is None or trigger in q.triggers) and q.applies_to(subject)]
     if as_json:
         print_json([{**q.model_dump(), "file": str(questions.files[q.id])} for q in shown])
         return
-    print_table(console, [Column("id", no_wrap=True), "triggers", "layers", "devices", "text", "file"],
-                [[q.id, ", ".join(q.triggers), ", ".join(q.layers), ", ".join(q.devices) or "all", q.text,
-                  questions.files[q.id].name] for q in shown],
+    print_table(console, [Column("id", no_wrap=True), "triggers", "layers", "devices", "needs", "text", "file"],
+                [[q.id, ", ".join(q.triggers), ", ".join(q.layers), ", ".join(q.devices) or "all",
+                  ", ".join(q.needs) or "-", q.text, questions.files[q.id].name] for q in shown],
                 title=f"{len(shown)} of {len(questions)} questions" if len(shown) != len(questions)
                 else f"{len(questions)} questions")
 
@@ -58,14 +69,17 @@ def bank_list(bank_dirs: tuple[Path, ...], builtin: bool, trigger: str | None, d
                    "correctness.")
 @click.option("--device", "devices", multiple=True, help="Only for tasks on this device, gpu or cpu (repeatable; "
                                                          "default: every device).")
+@click.option("--needs", "needs", multiple=True, help="Only for tasks with this trait, e.g. attention, causal, "
+                                                      "grouped-query (repeatable; default: any task).")
 @click.option("--id", "question_id", help="Id (default: made from the text).")
 @click.option("--notes", help="Why the question exists.")
 def bank_add(bank_dir: Path, text: str, triggers: tuple[str, ...], layers: tuple[str, ...], devices: tuple[str, ...],
-             question_id: str | None, notes: str | None) -> None:
+             needs: tuple[str, ...], question_id: str | None, notes: str | None) -> None:
     """Add a question to a user bank (refused with reasons if it fails the lint)."""
     from evokernel.bank import admit_question
 
-    path = admit_question(bank_dir, text, list(triggers), list(layers), question_id, notes, devices=list(devices))
+    path = admit_question(bank_dir, text, list(triggers), list(layers), question_id, notes, devices=list(devices),
+                          needs=list(needs))
     console.print(f"added [bold]{path.stem}[/] to {path}", soft_wrap=True)
 
 

@@ -150,6 +150,11 @@ class Task:
         """Library implementations by name (`check --original NAME`, `--baselines`)."""
         return {}
 
+    def traits(self, scenarios: list) -> frozenset[str]:
+        """Words that hold of the problem in `scenarios` (e.g. `attention`, `causal`, `grouped-query`): a bank
+        question that `needs` a trait the task lacks is not asked of it. Default: none."""
+        return frozenset()
+
     # -- derived ------------------------------------------------------------------------------
     @property
     def header(self) -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from evokernel.bank import Question, QuestionPolicy, load_bank
+from evokernel.bank import Question, QuestionPolicy, Subject, load_bank
 from evokernel.config import LLMConfig
 from evokernel.errors import BadInput
 from evokernel.harness import Task, profile_of
@@ -62,7 +62,8 @@ def write_first_kernel(task: Task, module_source: str, llm: LLMConfig, attempts:
         raise BadInput("--model files: its answers come within a run; give --seed-kernel FILE or another model")
     client = LLMClient(llm)
     rng = random.Random(0)
-    policy = QuestionPolicy(load_bank(), device=profile_of(task.backend).device_kind)
+    policy = QuestionPolicy(load_bank(), subject=Subject(profile_of(task.backend).device_kind,
+                                                         task.traits(task.scenarios("all"))))
     question = first_kernel_question(policy, rng)
     previous = error = None
     for attempt in range(1, attempts + 1):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evokernel.bank import Question, QuestionPolicy, load_bank, prior_from_runs
+from evokernel.bank import Question, QuestionPolicy, Subject, load_bank, prior_from_runs
 from evokernel.config import RunConfig
 from evokernel.harness import get_task, profile_of
 from evokernel.mutations import Context, Option, Parent, Proposal, ProposalFailed, register, registered_operators
@@ -26,12 +26,13 @@ from evokernel.source import source_hash
 def build_services(config: RunConfig, store) -> dict:
     """The LLM client (cache in the run directory unless `llm.cache_dir`), the bank and the policy."""
     bank = load_bank(config.bank.dirs, builtin=config.bank.builtin)
-    device = profile_of(get_task(config.task).backend).device_kind  # GPU-only questions are not asked of a CPU task
+    task = get_task(config.task)  # no GPU-only question for a CPU task, none about traits its scenarios lack
+    subject = Subject(profile_of(task.backend).device_kind, task.traits(task.scenarios(config.scenarios)))
     cache_dir = config.llm.cache_dir or (Path(store.run_dir) / "llm_cache")
     return {
         "llm": LLMClient(config.llm, store, cache_dir, config.budget.usd),
         "bank": bank,
-        "policy": QuestionPolicy(bank, prior_from_runs(config.bank.stats_from), device),
+        "policy": QuestionPolicy(bank, prior_from_runs(config.bank.stats_from), subject),
     }
 
 
