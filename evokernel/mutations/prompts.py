@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 from pathlib import Path
 
 from evokernel.bank import Question
@@ -23,7 +24,7 @@ from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 5  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 6  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -323,10 +324,42 @@ def mutation_prompt(parent: Parent, question: Question, trigger: str, task: Task
     return _frame(question, trigger, body, task, parent.report, propose_question)
 
 
+def parents_compared(first: Parent, second: Parent, task: Task) -> str:
+    """A against B per scenario, from their own checks, with how far the speed reference's times moved between
+    those checks: two checks on different GPUs (or hours apart) time the same reference about 1% apart, so a
+    difference in speedup within that is no measured difference (answerers compared milliseconds across checks)."""
+    reports = [first.report or {}, second.report or {}]
+    if not all(r.get("scenarios") for r in reports) or reports[0].get("speed_reference") != reports[1].get(
+            "speed_reference"):
+        return ""
+    short = _reference(task, reports[0]).column
+    b_rows = {s["name"]: s for s in reports[1]["scenarios"]}
+    lines, drifts = [f"scenario | A speedup | B speedup | B / A | {short} ms in A's check | in B's check | moved"], []
+    for a in reports[0]["scenarios"]:
+        b = b_rows.get(a["name"])
+        if not b or not all(r.get("speedup") and r.get("original_time_ms") for r in (a, b)):
+            continue
+        drift = b["original_time_ms"] / a["original_time_ms"] - 1
+        drifts.append(abs(drift))
+        lines.append(f"{a['name']} | {a['speedup']:.3f} | {b['speedup']:.3f} | {b['speedup'] / a['speedup']:.3f} | "
+                     f"{a['original_time_ms']:.4f} | {b['original_time_ms']:.4f} | {100 * drift:+.1f}%")
+    if not drifts:
+        return ""
+    devices = [r.get("device") or "a device not reported" for r in reports]
+    where = (f"both on {devices[0]}" if devices[0] == devices[1]
+             else f"on different devices: A on {devices[0]}, B on {devices[1]}")
+    return (f"## Kernel A against kernel B\nEach kernel was checked on its own, {where}. Between the two checks "
+            f"{short}'s own times moved by {100 * statistics.median(drifts):.1f}% in the median scenario (at most "
+            f"{100 * max(drifts):.1f}%): compare the speedups, not the milliseconds, and take a difference in "
+            "speedup within that as no measured difference.\n" + "\n".join(lines) + "\n")
+
+
 def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
                      propose_question: bool = False) -> str:
     """Two parents and a question about their difference; the answer is one child (edits apply to the first)."""
+    compared = parents_compared(first, second, task)
     body = (_kernel_section(first, task, "Kernel A") + "\n" + _kernel_section(second, task, "Kernel B")
+            + (f"\n{compared}" if compared else "")
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
     return _frame(question, "crossover", body, task, first.report or second.report, propose_question)
 
