@@ -104,6 +104,9 @@ def test_a_seed_of_your_own_needs_no_model(softmax, tmp_path, local_ray, monkeyp
     result = CliRunner().invoke(main, ["run", "--task", str(softmax), "--seed-kernel", "mine.c", "--budget", "1",
                                        "--runs-dir", "runs"])
     assert result.exit_code == 0, result.output
+    # a seed without knobs and no model: the run says at once that it has nothing to change, and how to give it
+    assert "nothing for the search to change: no model is configured" in result.output
+    assert "// @knob v1,v2,..." in " ".join(result.output.split())
     (run_dir,) = (tmp_path / "runs").iterdir()
     with Store(run_dir, readonly=True) as store:
         assert [(row.operator, row.status) for row in store.individuals()] == [("seed", "correct")]

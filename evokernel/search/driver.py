@@ -39,7 +39,7 @@ from evokernel.search.progress import SearchResult, SearchStats
 from evokernel.search.proposing import Proposing
 from evokernel.search.question_queue import HumanQuestions
 from evokernel.search.recheck import recheck_options, recheck_reason
-from evokernel.source import normalized_hash
+from evokernel.source import KNOB_HINT, KnobError, normalized_hash, tunable
 from evokernel.store import Individual
 
 PROGRESS_INTERVAL_S = 1.0
@@ -80,6 +80,9 @@ class Search(Proposing):
         self.weights: dict[str, float] = {}
         self._setup_operators(operator_set)
         self.writes_first_kernel = self._first_kernel_needed(resume)
+        if not config.llm.models and self.seeds and not any(_tunable(source) for _, source in self.seeds):
+            self.notify(f"nothing for the search to change: no model is configured (--model MODEL, or llm.models) "
+                        f"and no seed has a knob with more than one value ({KNOB_HINT}); the run checks its seeds")
         llm = any(op.uses_llm for op in self.ops.values())
         if llm and config.llm.models:
             from evokernel.bank import load_bank
@@ -379,3 +382,11 @@ class Search(Proposing):
         self.stats.last = line
         self._refresh()
         self.progress(self.stats)
+
+
+def _tunable(source: str) -> bool:
+    """Whether a seed gives the knob operators something to change (a malformed knob: their failure says why)."""
+    try:
+        return tunable(source)
+    except KnobError:
+        return True

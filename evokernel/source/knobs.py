@@ -26,6 +26,15 @@ class Knob:
     line: int  # 1-based line of the #define
 
 
+KNOB_HINT = "a knob is a constant marked `#define NAME VALUE  // @knob v1,v2,...`"
+
+
+def tunable(source: str) -> bool:
+    """Whether the knob operators have something to change in `source`: a knob listing more than one value
+    (KnobError for a malformed knob line)."""
+    return any(len(knob.values) > 1 for knob in parse_knobs(source).values())
+
+
 def parse_knobs(source: str) -> dict[str, Knob]:
     """All knobs of a source, in order; raises KnobError for a malformed or inconsistent knob."""
     knobs: dict[str, Knob] = {}

@@ -15,16 +15,15 @@ import random
 from collections.abc import Iterator
 
 from evokernel.mutations import Context, Option, Parent, Proposal, ProposalFailed, register, registered_operators
-from evokernel.source import Knob, KnobError, normalized_hash, parse_knobs, set_knobs
+from evokernel.source import KNOB_HINT, Knob, KnobError, normalized_hash, parse_knobs, set_knobs, tunable
 
 def _parent_knobs(parent: Parent) -> dict[str, Knob]:
     try:
-        knobs = parse_knobs(parent.source)
+        if not tunable(parent.source):
+            raise ProposalFailed(f"parent {parent.id} has no knob with more than one value ({KNOB_HINT})")
+        return parse_knobs(parent.source)
     except KnobError as exc:
         raise ProposalFailed(f"parent {parent.id}: {exc}") from None
-    if not any(len(k.values) > 1 for k in knobs.values()):
-        raise ProposalFailed(f"parent {parent.id} has no knob with more than one value")
-    return knobs
 
 
 class _KnobOperator:
