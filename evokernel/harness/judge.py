@@ -185,7 +185,7 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
             or rounds * len(kernels) != len(batch):
         raise Forged(f"{scenario.name}: {len(batch)} timed calls of {len(kernels)} kernels reported")
     base_seed = values.mix(request.seed, index, PHASE_CALLS[phase] - 1)
-    offsets = values.call_offsets([(t.shape, t.roll_axis) for t in task.inputs(scenario)], base_seed, len(batch))
+    offsets = values.call_offsets(task.inputs(scenario), base_seed, len(batch))
     for message in batch:
         data = message.data
         kernel_index = kernels.index(data["kernel"])
@@ -205,7 +205,7 @@ def _check_timing(result: ScenarioResult, scenario, index: int, messages: list, 
     in_runner = {"candidate"} | ({"reference"} if request.speed_reference in BUILT_SPEED_REFERENCES else set())
     times = {k: [net_call_ms(m.data["ms"], overhead if k in in_runner else 0.0, size)
                  for m in batch if m.data["kernel"] == k] for k in kernels}
-    result.time_ms = float(np.median(times["candidate"]))
+    result.time_ms, result.calls_per_request = float(np.median(times["candidate"])), size
     result.original_time_ms = (float(np.median(times["reference"])) if "reference" in times
                                else request.reference_ms[index] if phase == "screening" else None)
     q1, q3 = np.percentile(times["candidate"], [25, 75])

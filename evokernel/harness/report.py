@@ -41,6 +41,7 @@ class ScenarioResult:
     original_time_ms: float | None = None  # median time of the speed reference
     speedup: float | None = None  # original_time_ms / time_ms
     spread: float | None = None  # interquartile range of candidate times / median
+    calls_per_request: int | None = None  # the candidate's calls in one timed request (each on inputs of its own)
     suspicious: bool = False  # faster than the roofline floor allows, also when re-timed (then rejected)
     error: str | None = None  # why this scenario failed
     baselines_ms: dict[str, float | None] = field(default_factory=dict)

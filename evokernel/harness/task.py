@@ -47,18 +47,24 @@ class Indices:
 class Tensor:
     """One array argument. Inputs are drawn from seeded values (floats of the task's dtype, or `indices`);
     outputs are poisoned with NaN before every call and must be written in full. Before each timed call the
-    inputs are rolled along `roll_axis` by offsets no call has used, so that no call sees inputs an earlier
-    call saw (a roll only moves values, so indices stay valid)."""
+    inputs are rolled by offsets no call has used, so that no call sees inputs an earlier call saw (a roll only
+    moves values, so indices stay valid): as flat arrays, which gives as many fresh inputs as there are elements,
+    or with `roll_axis` along that axis only, whole slices moved (for an input whose slices must stay intact)."""
 
     name: str
     shape: tuple[int, ...]
     output: bool = False
-    roll_axis: int = 0
+    roll_axis: int | None = None
     indices: Indices | None = None
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def roll_positions(self) -> int:
+        """How many different offsets a roll of this input has (each a different input)."""
+        return self.size if self.roll_axis is None else self.shape[self.roll_axis]
 
     def element_size(self, dtype: str) -> int:
         """Bytes per element in a task whose dtype is `dtype`."""

@@ -159,7 +159,7 @@ def _validate_arguments(arguments) -> None:
     for tensor in tensors:
         if not tensor.shape or not all(isinstance(d, int) and d > 0 for d in tensor.shape):
             raise BadInput(f"tensor '{tensor.name}' has shape {tensor.shape} (positive integers expected)")
-        if not 0 <= tensor.roll_axis < len(tensor.shape):
+        if tensor.roll_axis is not None and not 0 <= tensor.roll_axis < len(tensor.shape):
             raise BadInput(f"tensor '{tensor.name}': roll_axis {tensor.roll_axis} is not an axis of {tensor.shape}")
     for scalar in (a for a in arguments if isinstance(a, Scalar)):
         if scalar.ctype not in SCALAR_TYPES:

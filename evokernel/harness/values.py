@@ -11,6 +11,7 @@ same in every distribution.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import TYPE_CHECKING
 
@@ -101,17 +102,18 @@ def round_to(dtype: str, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def call_offsets(shapes: list[tuple[tuple[int, ...], int]], seed: int, calls: int) -> list[tuple[int, ...]]:
-    """For each timed call, how far each input (shape, roll axis) is rolled along its axis: no two calls
-    alike, and inputs of the same shape never rolled alike (which could leave an output unchanged)."""
+def call_offsets(inputs: list[Tensor], seed: int, calls: int) -> list[tuple[int, ...]]:
+    """For each timed call, how far each input is rolled (`Tensor.roll_axis`): no two calls alike, and inputs of
+    the same shape and roll never rolled alike (which could leave an output unchanged)."""
     rng = random.Random(seed)
     seen: set[tuple[int, ...]] = set()
-    twins = [(a, b) for a in range(len(shapes)) for b in range(a + 1, len(shapes))
-             if shapes[a] == shapes[b] and shapes[a][0][shapes[a][1]] > 1]
+    twins = [(a, b) for a in range(len(inputs)) for b in range(a + 1, len(inputs))
+             if (inputs[a].shape, inputs[a].roll_axis) == (inputs[b].shape, inputs[b].roll_axis)
+             and inputs[a].roll_positions > 1]
     offsets = []
     for _ in range(calls):
         for _attempt in range(1000):
-            candidate = tuple(rng.randrange(shape[axis]) for shape, axis in shapes)
+            candidate = tuple(rng.randrange(t.roll_positions) for t in inputs)
             if candidate not in seen and all(candidate[a] != candidate[b] for a, b in twins):
                 break
         seen.add(candidate)
@@ -119,8 +121,11 @@ def call_offsets(shapes: list[tuple[tuple[int, ...], int]], seed: int, calls: in
     return offsets
 
 
-def rolled_source(shape: tuple[int, ...], axis: int, roll: int, flat: np.ndarray) -> np.ndarray:
-    """Flat indices of the drawn tensor whose values a roll by `roll` along `axis` put at `flat`."""
+def rolled_source(shape: tuple[int, ...], axis: int | None, roll: int, flat: np.ndarray) -> np.ndarray:
+    """Flat indices of the drawn tensor whose values a roll by `roll` (along `axis`; None: of the flat array) put
+    at `flat`."""
+    if axis is None:
+        return (flat - roll) % math.prod(shape)
     position = list(np.unravel_index(flat, shape))
     position[axis] = (position[axis] - roll) % shape[axis]
     return np.ravel_multi_index(tuple(position), shape).astype(np.int64)

@@ -214,8 +214,8 @@ class Worker:
         rounds = req.rounds
         if req.timing_budget_ms is not None:  # slow kernels get fewer rounds (never fewer than 5)
             rounds = max(5, min(rounds, int(req.timing_budget_ms / max(batch * sum(call_ms.values()), 1e-3))))
-        rolled = [(t.shape, t.roll_axis) for t in self.task.inputs(scenario)]
-        batch = max(1, min(batch, math.prod(shape[axis] for shape, axis in rolled) // (rounds * len(names))))
+        rolled = self.task.inputs(scenario)
+        batch = max(1, min(batch, math.prod(t.roll_positions for t in rolled) // (rounds * len(names))))
         calls = rounds * batch  # of each kernel
         offsets = values.call_offsets(rolled, base_seed, calls * len(names))
         full_checks = set(random.SystemRandom().sample(range(calls), min(FULL_CHECKS_PER_SCENARIO, calls)))

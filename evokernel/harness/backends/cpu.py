@@ -97,7 +97,8 @@ class Backend:
         return Inputs(inputs.scenario, inputs.arguments, arrays, guarded)
 
     def roll_inputs(self, inputs: Inputs, base: Inputs, offsets: tuple[int, ...]) -> None:
-        """New input values for a timed call: `base` rolled along each input's axis (outside the timed region)."""
+        """New input values for a timed call: `base` rolled, each input as its `roll_axis` says (outside the timed
+        region)."""
         rolled = [a for a in inputs.arguments if isinstance(a, Tensor) and not a.output]
         for tensor, roll in zip(rolled, offsets):
             inputs.arrays[tensor.name][...] = np.roll(base.arrays[tensor.name], roll, axis=tensor.roll_axis)
