@@ -72,10 +72,11 @@ def test_bank_list_piped_gives_one_line_per_question_that_grep_finds(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     bank = load_bank()
-    assert len(lines) == len(bank) + 1 and lines[0].split("\t")[:5] == ["id", "triggers", "layers", "devices", "text"]
+    assert len(lines) == len(bank) + 1
+    assert lines[0].split("\t")[:6] == ["id", "triggers", "layers", "devices", "needs", "text"]
     question = bank.get("coalescing-per-head-dim")
     [found] = [line for line in lines if question.text in line]  # what `grep` would find
-    assert found.split("\t")[0] == question.id and found.split("\t")[3] == "gpu"
+    assert found.split("\t")[0] == question.id and found.split("\t")[3:5] == ["gpu", "attention"]
 
 
 def test_show_piped_keeps_scenario_names_whole(runs_dir):
