@@ -105,13 +105,20 @@ def results_table(report: dict | None, task: Task) -> str:
                      f"{unit} = the task's useful FLOPs / time; % of roofline = the least time the task's peak rates "
                      "allow for the scenario's FLOPs and bytes / time."
                      + (f" The {short} times were reused from an earlier check on this device."
-                        if report.get("reference_reused") else ""))
+                        if report.get("reference_reused") else "")
+                     + _calls_per_request(results))
     else:
         lines.append("(no times in this report: the kernel was not timed)")
     lines.append("The scenarios:")
     lines += [f"{s['name']}: " + ", ".join(f"{field}={value}" for field, value in fields.items())
               for s in results if s["name"] in known for fields in [dataclasses.asdict(known[s["name"]])]]
     return "\n".join(lines)
+
+
+def _calls_per_request(results: list[dict]) -> str:
+    """The calls each scenario's timed requests held (reports since calls_per_request was recorded)."""
+    counts = [f"{s['name']} {s['calls_per_request']}" for s in results if s.get("calls_per_request")]
+    return f" Calls of this kernel a timed request held: {', '.join(counts)}." if counts else ""
 
 
 def _scenario_row(s: dict, scenario, task: Task) -> str:
@@ -334,14 +341,20 @@ def parents_compared(first: Parent, second: Parent, task: Task) -> str:
         return ""
     short = _reference(task, reports[0]).column
     b_rows = {s["name"]: s for s in reports[1]["scenarios"]}
-    lines, drifts = [f"scenario | A speedup | B speedup | B / A | {short} ms in A's check | in B's check | moved"], []
+    lines = [f"scenario | A speedup | B speedup | B / A | A spread | B spread | {short} ms in A's check | in B's check "
+             "| moved"]
+    drifts = []
     for a in reports[0]["scenarios"]:
         b = b_rows.get(a["name"])
         if not b or not all(r.get("speedup") and r.get("original_time_ms") for r in (a, b)):
             continue
         drift = b["original_time_ms"] / a["original_time_ms"] - 1
         drifts.append(abs(drift))
-        lines.append(f"{a['name']} | {a['speedup']:.3f} | {b['speedup']:.3f} | {b['speedup'] / a['speedup']:.3f} | "
+        ratio, spreads = b["speedup"] / a["speedup"], [r.get("spread") for r in (a, b)]
+        noise = max([abs(drift), *(s for s in spreads if s is not None)])
+        shown = [f"{100 * s:.1f}%" if s is not None else "-" for s in spreads]
+        lines.append(f"{a['name']} | {a['speedup']:.3f} | {b['speedup']:.3f} | {ratio:.3f}"
+                     f"{' (within noise)' if abs(ratio - 1) < noise else ''} | {shown[0]} | {shown[1]} | "
                      f"{a['original_time_ms']:.4f} | {b['original_time_ms']:.4f} | {100 * drift:+.1f}%")
     if not drifts:
         return ""
@@ -350,8 +363,9 @@ def parents_compared(first: Parent, second: Parent, task: Task) -> str:
              else f"on different devices: A on {devices[0]}, B on {devices[1]}")
     return (f"## Kernel A against kernel B\nEach kernel was checked on its own, {where}. Between the two checks "
             f"{short}'s own times moved by {100 * statistics.median(drifts):.1f}% in the median scenario (at most "
-            f"{100 * max(drifts):.1f}%): compare the speedups, not the milliseconds, and take a difference in "
-            "speedup within that as no measured difference.\n" + "\n".join(lines) + "\n")
+            f"{100 * max(drifts):.1f}%): compare the speedups, not the milliseconds. A ratio B / A closer to 1 than "
+            "that movement or either kernel's spread (interquartile range / median of its timed calls) is marked "
+            "within noise: no measured difference.\n" + "\n".join(lines) + "\n")
 
 
 def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
