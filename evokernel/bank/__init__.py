@@ -5,8 +5,8 @@ Interface used by the search, the operators and the CLI:
   (id, text, triggers, layers, devices, needs, notes); `Subject(device, traits)`: what questions are
   asked about; `question_text(id)` (built-in bank lookup, LookupError if unknown).
 - `lint_questions(questions, files) -> list[Problem]`; `shape_problems(text)`; `duplicate_problems(text, others)`;
-  `admit_question(dir, text, triggers, layers, id, notes, devices=..., needs=...)` writes a question to a user bank after
-  the lint.
+  `admit_question(dir, text, triggers, layers, id, notes, devices=..., needs=...)` writes a question to a user
+  bank after the lint.
 - `QuestionPolicy(bank, prior, subject)`: `choose(trigger, rng, store) -> Question`, Thompson sampling on
   "child beat its parent", counts from the live run's store plus `prior` (`prior_from_runs(config.bank.stats_from)`).
 - `configured_question_texts(run_dirs)`: the texts of the questions in the banks those runs were configured
@@ -48,7 +48,7 @@ def question_text(question_id: str) -> str:
     return _builtin().questions[question_id].text
 
 
-__all__ = ["LAYERS", "PROPOSAL_FORMAT", "TRIGGERS", "Bank", "Problem", "Question", "QuestionPolicy",
-           "Subject", "TriggerMonitor", "admit_question", "configured_question_texts", "duplicate_problems", "lint_questions",
+__all__ = ["LAYERS", "PROPOSAL_FORMAT", "TRIGGERS", "Bank", "Problem", "Question", "QuestionPolicy", "Subject",
+           "TriggerMonitor", "admit_question", "configured_question_texts", "duplicate_problems", "lint_questions",
            "gain_ratio", "load_bank", "parse_proposed_question", "prior_from_runs", "question_text", "review_proposed",
            "shape_problems", "write_question"]

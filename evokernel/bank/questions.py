@@ -3,8 +3,9 @@
 A bank file holds `questions:`, a list of mappings with `id`, `text`, `triggers`, `layers` (from the
 fixed set LAYERS), optional `devices` (the kinds of device the question applies to, `gpu` and/or `cpu`;
 absent: all), optional `needs` (traits of the task the question is about, all of which the task must have:
-`attention`, `causal`, `grouped-query`, or a user task's own words; absent: any task) and optional `notes`. The built-in bank ships as package data in `builtin/`; user banks
-are directories of the same YAML, loaded after it (an id may appear only once across all of them).
+`attention`, `causal`, `grouped-query`, or a user task's own words; absent: any task) and optional `notes`.
+The built-in bank ships as package data in `builtin/`; user banks are directories of the same YAML, loaded
+after it (an id may appear only once across all of them).
 A question file may hold at most MAX_FILE_BYTES.
 """
 
