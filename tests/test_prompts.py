@@ -14,8 +14,8 @@ from evokernel.bank import Question, question_text
 from evokernel.harness import get_task
 from evokernel.harness.build import build
 from evokernel.mutations import Parent
-from evokernel.mutations.prompts import (_demangle, compiler_messages, crossover_prompt, mutation_prompt,
-                                         register_summary, repair_prompt)
+from evokernel.mutations.build_log import _demangle, compiler_messages, register_summary
+from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
 from evokernel.search.operator_contexts import CHILDREN_SHOWN, LINEAGE_DEPTH, lineage_summary, parent_view
 from evokernel.store import Individual, LLMCall, Store
 from evokernel.source import normalized_hash, source_hash

@@ -55,7 +55,7 @@ class _Backend:
     ((40.0, 1.0), 40.0, 1),         # a slow kernel: not timed again for its estimate
 ])
 def test_a_first_estimate_is_not_one_unlucky_request(times, expected, requests):
-    from evokernel.harness.worker import single_call_ms
+    from evokernel.harness.backends import single_call_ms
 
     backend = _Backend(*times)
     assert single_call_ms(backend, kernel=None, inputs=None) == expected and backend.requests == requests

@@ -6,8 +6,8 @@ happens. Every built kernel runs in a runner process (`runner.py`) and this proc
 code; the parent still re-checks what it can (sampled outputs recomputed from the seeds, times derived from
 the individual calls; see `judge.py`). Nothing is written to or read from the scratch directory.
 
-Timing protocol: before every timed call, new input values (the scenario's inputs rolled along their axes by
-offsets never used before in this scenario) and NaN-poisoned outputs; after it, the guard bands and every output
+Timing protocol: before every timed call, new input values (the scenario's inputs rolled, as flat arrays or along
+an axis, by offsets never used before in this scenario) and NaN-poisoned outputs; after it, the guard bands and every output
 element's finiteness are checked; sampled elements of 16 calls and the whole output of two, which the kernel
 cannot predict, against a float64 reference.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from evokernel.harness import values
-from evokernel.harness.backends import Fault
+from evokernel.harness.backends import Fault, single_call_ms
 from evokernel.harness.languages import LANGUAGES
 from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, CheckRequest, Rejected, must_confirm,
                                         net_ms, timing_call)
@@ -45,8 +45,6 @@ LIBRARY_WARMUP_S = 300.0  # a library's first calls on a shape (torch.compile: 1
 # Timed calls a scenario whose sampled elements are checked, drawn at random here (no runner can read which); a
 # kernel that answers a fraction f of its calls from stale work fails these or the full checks with 1 - (1 - f)^18.
 SAMPLED_CALLS = 16
-ESTIMATE_TRIES = 3  # requests of one call at most, for a kernel's first estimate (`single_call_ms`)
-RETRY_BELOW_MS = 20.0  # a first estimate above this is a slow kernel's: not repeated
 
 
 class Channel:
@@ -61,16 +59,6 @@ class Channel:
         while line:
             line = line[os.write(self.fd, line):]
 
-
-
-def single_call_ms(backend, kernel, inputs) -> float:
-    """A kernel's time in a request of one call, round trip included: the least of up to ESTIMATE_TRIES requests
-    while it looks too long to batch yet is cheap to repeat. On a busy machine a 17 us kernel's one request took
-    over 1.3 ms once, and its scenario was then timed one call a request, mostly round trip (spread 14x)."""
-    times = [backend.time_calls(kernel, [inputs])]
-    while len(times) < ESTIMATE_TRIES and backend.batch_size(min(times)) == 1 and min(times) < RETRY_BELOW_MS:
-        times.append(backend.time_calls(kernel, [inputs]))
-    return min(times)
 
 class Worker:
     def __init__(self, request: CheckRequest, channel: Channel, backend) -> None:

@@ -1,7 +1,8 @@
 """Mutation operators: how a child kernel is proposed from one or two parents.
 
 The operators themselves are the modules of `evokernel.mutations.operators`, each holding classes decorated
-with `register`; beside them, what the LLM-asking ones share: `prompts` (what a model is told), `edits`
+with `register`; beside them, what the LLM-asking ones share: `prompts` (what a model is told; `build_log`: what
+of a build log it is shown), `edits`
 (applying its answer), `llm` and `command_model` (calling a model). A registered class's
 `name`, `arity` and `uses_llm` and the registration's default weight are all that the config (which
 accepts the weight of any registered name) and the search (which uses the operators whose weight is
