@@ -39,7 +39,7 @@ from evokernel.search.progress import SearchResult, SearchStats
 from evokernel.search.proposing import Proposing
 from evokernel.search.question_queue import HumanQuestions
 from evokernel.search.recheck import recheck_options, recheck_reason
-from evokernel.source import KNOB_HINT, KnobError, normalized_hash, tunable
+from evokernel.source import KNOB_HINT, KnobError, normalized_hash, parse_knobs, tunable
 from evokernel.store import Individual
 
 PROGRESS_INTERVAL_S = 1.0
@@ -387,6 +387,6 @@ class Search(Proposing):
 def _tunable(source: str) -> bool:
     """Whether a seed gives the knob operators something to change (a malformed knob: their failure says why)."""
     try:
-        return tunable(source)
+        return tunable(parse_knobs(source))
     except KnobError:
         return True

@@ -29,10 +29,10 @@ class Knob:
 KNOB_HINT = "a knob is a constant marked `#define NAME VALUE  // @knob v1,v2,...`"
 
 
-def tunable(source: str) -> bool:
-    """Whether the knob operators have something to change in `source`: a knob listing more than one value
-    (KnobError for a malformed knob line)."""
-    return any(len(knob.values) > 1 for knob in parse_knobs(source).values())
+def tunable(knobs: dict[str, Knob]) -> bool:
+    """Whether the knob operators have something to change in a source with these knobs: one listing more than one
+    value."""
+    return any(len(knob.values) > 1 for knob in knobs.values())
 
 
 def parse_knobs(source: str) -> dict[str, Knob]:

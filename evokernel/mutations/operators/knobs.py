@@ -19,11 +19,12 @@ from evokernel.source import KNOB_HINT, Knob, KnobError, normalized_hash, parse_
 
 def _parent_knobs(parent: Parent) -> dict[str, Knob]:
     try:
-        if not tunable(parent.source):
-            raise ProposalFailed(f"parent {parent.id} has no knob with more than one value ({KNOB_HINT})")
-        return parse_knobs(parent.source)
+        knobs = parse_knobs(parent.source)
     except KnobError as exc:
         raise ProposalFailed(f"parent {parent.id}: {exc}") from None
+    if not tunable(knobs):
+        raise ProposalFailed(f"parent {parent.id} has no knob with more than one value ({KNOB_HINT})")
+    return knobs
 
 
 class _KnobOperator:
