@@ -10,13 +10,14 @@
 #   python3 -m pip install -q --no-deps --no-build-isolation -e . && mkdir -p experiments/attention_hopper/qruns &&
 #   tar xJf experiments/attention_hopper/runs/RUN.tar.xz -C experiments/attention_hopper/qruns &&
 #   bash experiments/attention_hopper/question_round.sh
+# BUDGET (optional): the run's evaluation budget from this round on (a resumed run keeps its own otherwise).
 set -uo pipefail
 RUNS=experiments/attention_hopper/qruns
 mkdir -p "$RUNS" "${OUT:?}"
 export PYTHONUNBUFFERED=1 COLUMNS=200
 RUN=$(ls -d "$RUNS"/2* 2>/dev/null | tail -1)
 if [ -n "$RUN" ]; then
-  evokernel run --resume "$RUN" 2>&1 | tee "$OUT/run.log"
+  evokernel run --resume "$RUN" ${BUDGET:+--budget "$BUDGET"} 2>&1 | tee "$OUT/run.log"
 else
   evokernel run experiments/attention_hopper/questions.yaml --runs-dir "$RUNS" 2>&1 | tee "$OUT/run.log"
   RUN=$(ls -d "$RUNS"/2* | tail -1)
