@@ -85,6 +85,25 @@ def test_an_elementwise_module_becomes_a_task_its_kernel_passes_beside_pytorch_e
     assert report["scenarios"][0]["calls_per_request"] > 50 // (7 * 3)
 
 
+def test_a_prompt_about_a_module_task_s_kernel_gives_the_module_and_each_scenario_s_tensor_shapes(tmp_path, silu):
+    """A module task's scenario has one field (its batch): the sizes a kernel is built around are in the shapes,
+    and what it computes (which axis a softmax is over) in the module."""
+    from evokernel.bank import Question
+    from evokernel.harness import get_task
+    from evokernel.mutations import Parent
+    from evokernel.mutations.prompts import mutation_prompt
+
+    assert new_task(tmp_path, "silu", *silu).exit_code == 0
+    report = check(tmp_path, "silu")
+    task = get_task(str(tmp_path / "silu"))
+    question = Question(id="where-time-goes", text="Where does the time go?", triggers=["default"], layers=["compute"])
+    prompt = mutation_prompt(Parent(1, (tmp_path / "silu" / "original.c").read_text(), 1.0, report=report),
+                             question, "default", task)
+    assert "What it computes (the reference):" in prompt and "return x * torch.sigmoid(x)" in prompt
+    assert "b4: batch=4; x [4, 3, 50], out [4, 3, 50]" in prompt
+    assert "b64: batch=64; x [64, 3, 50], out [64, 3, 50]" in prompt
+
+
 def test_weights_and_indices_are_inputs_of_the_header_in_the_struct_s_order(tmp_path):
     for name in ("linear-bias-gelu", "embedding-gather"):
         module = MODULES / f"{name.replace('-', '_')}.py"

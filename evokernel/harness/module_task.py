@@ -98,6 +98,9 @@ class ModuleTask(Task):
     tolerance_floor = 1e-5
 
     # -- the Task interface -------------------------------------------------------------------
+    def reference_source(self) -> str:
+        return (self.directory / self.module_file).read_text(errors="replace")
+
     def arguments(self, s: ModuleScenario) -> list[Tensor | Scalar]:
         # inputs and weights rolled as flat arrays between timed calls (the default): a roll along one axis gave
         # a row softmax of 1024 columns 1024 fresh inputs, so requests of 11 calls where a 5 us kernel needs 256

@@ -156,6 +156,11 @@ class Task:
         """Library implementations by name (`check --original NAME`, `--baselines`)."""
         return {}
 
+    def reference_source(self) -> str | None:
+        """What a kernel must compute, short enough for a prompt (a task made from a PyTorch module: the module);
+        None where the task's own task.py says it at length."""
+        return None
+
     def traits(self, scenarios: list) -> frozenset[str]:
         """Words that hold of the problem in `scenarios` (e.g. `attention`, `causal`, `grouped-query`): a bank
         question that `needs` a trait the task lacks is not asked of it. Default: none."""

@@ -16,7 +16,6 @@ from evokernel.bank import Question, QuestionPolicy, Subject, load_bank
 from evokernel.config import LLMConfig
 from evokernel.errors import BadInput
 from evokernel.harness import Task, profile_of
-from evokernel.harness.module_task import MODULE_FILE
 from evokernel.mutations import ProposalFailed
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import Answer, LLMClient, is_files
@@ -29,8 +28,7 @@ REFERENCE_LAYER = "reference"  # the bank's layer of questions about writing a k
 def reference_source(task: Task) -> str:
     """What the kernel must compute, as the model reads it: the PyTorch module the task was made from, else the
     task's own task.py."""
-    module = task.directory / MODULE_FILE
-    return (module if module.is_file() else task.directory / "task.py").read_text(errors="replace")
+    return task.reference_source() or (task.directory / "task.py").read_text(errors="replace")
 
 
 def first_kernel_question(policy: QuestionPolicy, rng: random.Random, store=None) -> Question:

@@ -23,7 +23,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 6  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 7  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -94,9 +94,15 @@ def results_table(report: dict | None, task: Task) -> str:
     else:
         lines.append("(no times in this report: the kernel was not timed)")
     lines.append("The scenarios:")
-    lines += [f"{s['name']}: " + ", ".join(f"{field}={value}" for field, value in fields.items())
-              for s in results if s["name"] in known for fields in [dataclasses.asdict(known[s["name"]])]]
+    lines += [_scenario_line(task, known[s["name"]]) for s in results if s["name"] in known]
     return "\n".join(lines)
+
+
+def _scenario_line(task: Task, scenario) -> str:
+    """A scenario's fields and its tensors' shapes: a task made from a module has one field (the batch), and the
+    row length a kernel is built around is only in the shapes."""
+    fields = ", ".join(f"{field}={value}" for field, value in dataclasses.asdict(scenario).items())
+    return f"{scenario.name}: {fields}; " + ", ".join(f"{t.name} {list(t.shape)}" for t in task.tensors(scenario))
 
 
 def _calls_per_request(results: list[dict]) -> str:
@@ -207,8 +213,12 @@ def _answer_format(language: str, propose_question: bool) -> str:
     return text
 
 
-def _contract(task: Task) -> str:
-    return f"## The contract (task {task.name}: {task.description})\n```c\n{task.header.read_text().rstrip()}\n```\n"
+def _contract(task: Task, with_reference: bool = True) -> str:
+    """The ABI header; and what the kernel computes, where the task says it briefly (a module's forward): an
+    answer about a softmax needs to know which axis it is over."""
+    reference = task.reference_source() if with_reference else None
+    return (f"## The contract (task {task.name}: {task.description})\n```c\n{task.header.read_text().rstrip()}\n```\n"
+            + (f"What it computes (the reference):\n```python\n{reference.rstrip()}\n```\n" if reference else ""))
 
 
 def _frame(question: Question, trigger: str, body: str, task: Task, report: dict | None, propose: bool) -> str:
@@ -293,8 +303,7 @@ def first_kernel_prompt(task: Task, question: Question, reference: str, previous
     (the PyTorch module it was made from, else its task.py), the scenarios, the contract; on a later attempt, the
     kernel that failed and why."""
     fence = _fence(task.language)
-    scenarios = "\n".join(f"- {s.name}: " + ", ".join(f"{t.name} {list(t.shape)}" for t in task.tensors(s))
-                           for s in task.scenarios("all"))
+    scenarios = "\n".join(f"- {_scenario_line(task, s)}" for s in task.scenarios("all"))
     retry = (f"## Your previous kernel, which the harness rejected\n```{fence}\n{previous.rstrip()}\n```\n"
              f"### Why\n```\n{(error or '').strip()[-4000:]}\n```\nFix the cause.\n\n") if previous else ""
     return (f"# Question\n{question.text}\n\n# Write the first kernel of this task\n"
@@ -303,6 +312,6 @@ def first_kernel_prompt(task: Task, question: Question, reference: str, previous
             "exactly what the reference computes, for every scenario; make it correct and straightforward first "
             "(later questions make it fast).\n\n"
             f"## The reference\n```python\n{reference.rstrip()}\n```\n\n"
-            f"## The scenarios (tensor shapes)\n{scenarios}\n\n" + _setting(task, None) + "\n" + _contract(task)
+            f"## The scenarios (tensor shapes)\n{scenarios}\n\n" + _setting(task, None) + "\n" + _contract(task, with_reference=False)
             + "\n" + retry + "## Answer format\nThe complete kernel file in one block:\n"
             f"```{fence}\n<the whole kernel file>\n```\n")
