@@ -149,6 +149,36 @@ def test_the_same_question_about_the_same_kernels_is_not_posted_twice(tmp_path):
             ask(store, "q1", "h")
 
 
+def test_the_same_question_asked_on_two_threads_at_once_is_posted_once(tmp_path, monkeypatch):
+    """A run's proposals are made on threads, each with its own store connection, through one client."""
+    import threading
+
+    from evokernel.mutations import AnswerPending, ProposalFailed
+    config = LLMConfig.model_validate({"models": [{"model": "files"}], "max_open_prompts": 8})
+    client = LLMClient(config)
+    looked_up = Store.open_prompt_for
+    monkeypatch.setattr(Store, "open_prompt_for", lambda self, key: (time.sleep(0.3), looked_up(self, key))[1])
+    Store(tmp_path / "run", create=True).close()
+    outcomes: list[type] = []
+
+    def ask() -> None:
+        with Store(tmp_path / "run") as store:
+            try:
+                client.ask("about q1", __import__("random").Random(0), store=store, operator="question-mutation",
+                           question_id="q1", parent_ids=[1], parent_hashes=["h"])
+            except (AnswerPending, ProposalFailed) as outcome:
+                outcomes.append(type(outcome))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(kind.__name__ for kind in outcomes) == ["AnswerPending", "ProposalFailed"]
+    with Store(tmp_path / "run") as store:
+        assert store.open_prompt_count() == 1
+
+
 @pytest.mark.slow
 def test_a_run_whose_question_children_come_from_a_command(tmp_path):
     (tmp_path / "agent.py").write_text(AGENT)

@@ -154,6 +154,7 @@ class LLMClient:
         self.answers = AnswerCache(Path(cache_dir) if cache_dir and config.cache else None, config.replay_from)
         self._spent = 0.0
         self._lock = threading.Lock()
+        self._posting = threading.Lock()  # a files prompt's checks (a waiting twin, the cap) and its posting: one step
         self._failed_in_row: Counter[str] = Counter()  # by model
         self._last_reason: dict[str, str] = {}
         self._key_in_env: dict[str, bool] = {}
@@ -358,16 +359,17 @@ class LLMClient:
         for model in order:
             key = keys[model.model]
             if is_files(model.model):
-                waiting = store.open_prompt_for(key)
-                if waiting:  # the same question about the same parents: one answerer's work, not two
-                    last_error = ("files: the same question about the same kernels waits for its answer "
-                                  f"(prompt {waiting})")
-                    if self.files_only:  # no other model could take it: say so as the failure's own kind
-                        raise ProposalFailed(last_error)
-                elif store.open_prompt_count() < self.config.max_open_prompts:
-                    raise self._post(prompt, key, trigger, meta, store)
-                else:
-                    last_error = f"files: {self.config.max_open_prompts} prompts already wait for answers"
+                with self._posting:  # proposals made at once on threads would both see no twin and both post
+                    waiting = store.open_prompt_for(key)
+                    if waiting:  # the same question about the same parents: one answerer's work, not two
+                        last_error = ("files: the same question about the same kernels waits for its answer "
+                                      f"(prompt {waiting})")
+                        if self.files_only:  # no other model could take it: say so as the failure's own kind
+                            raise ProposalFailed(last_error)
+                    elif store.open_prompt_count() < self.config.max_open_prompts:
+                        raise self._post(prompt, key, trigger, meta, store)
+                    else:
+                        last_error = f"files: {self.config.max_open_prompts} prompts already wait for answers"
                 continue
             started = time.monotonic()
             try:
