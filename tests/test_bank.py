@@ -231,8 +231,8 @@ def test_questions_about_traits_a_task_lacks_are_never_asked(tmp_path):
                     for name, task, scenarios in [("grid", "attention-fwd-cpu", "grid"),
                                                   ("gqa", "attention-fwd-cpu", "gqa"),
                                                   ("rmsnorm", str(task_dir), "quick")]}
-    assert policies["grid"].subject.traits == {"attention", "causal"}
-    assert policies["gqa"].subject.traits == {"attention", "causal", "grouped-query"}
+    assert policies["grid"].subject.traits == {"attention", "matrix-product", "causal"}
+    assert policies["gqa"].subject.traits == {"attention", "matrix-product", "causal", "grouped-query"}
     assert policies["rmsnorm"].subject.traits == frozenset()
     rng = random.Random(1)
     asked = {name: {policy.choose(trigger, rng).id for trigger in TRIGGERS for _ in range(300)}

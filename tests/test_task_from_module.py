@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from evokernel.cli import main
+from evokernel.harness import get_task
 from evokernel.store import Store
 
 torch = pytest.importorskip("torch")
@@ -89,7 +90,6 @@ def test_a_prompt_about_a_module_task_s_kernel_gives_the_module_and_each_scenari
     """A module task's scenario has one field (its batch): the sizes a kernel is built around are in the shapes,
     and what it computes (which axis a softmax is over) in the module."""
     from evokernel.bank import Question
-    from evokernel.harness import get_task
     from evokernel.mutations import Parent
     from evokernel.mutations.prompts import mutation_prompt
 
@@ -322,6 +322,9 @@ def test_every_example_module_makes_a_task_its_first_c_kernel_passes(tmp_path, m
     assert result.exit_code == 0, result.output
     report = check(tmp_path, name)
     assert report["correct"], report["failure"]
+    # PyTorch's FLOP counter sees the Linear examples' matrix products: questions about them are asked there only
+    traits = get_task(str(tmp_path / name)).traits([])
+    assert traits == ({"matrix-product"} if name.startswith("linear") else set())
 
 
 def test_a_short_search_on_a_module_task_whose_first_kernel_a_model_wrote(tmp_path, silu, local_ray, monkeypatch):

@@ -87,8 +87,8 @@ class AttentionTask(Task):
                 Scalar("causal", "int", int(s.causal)), Scalar("softmax_scale", "float", s.scale)]
 
     def traits(self, scenarios: list[Scenario]) -> frozenset[str]:
-        """`attention`; `causal` and `grouped-query` where some scenario is."""
-        return frozenset({"attention"} | {"causal" for s in scenarios if s.causal}
+        """`attention` and `matrix-product`; `causal` and `grouped-query` where some scenario is."""
+        return frozenset({"attention", "matrix-product"} | {"causal" for s in scenarios if s.causal}
                          | {"grouped-query" for s in scenarios if s.heads_kv < s.heads_q})
 
     def flops(self, s: Scenario) -> float:

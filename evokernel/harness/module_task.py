@@ -90,6 +90,7 @@ class ModuleTask(Task):
     index_inputs: ClassVar[dict[str, tuple[str, int]]] = {}  # integer inputs: name -> (Indices.ctype, high)
     output_shapes: ClassVar[dict[int, dict[str, tuple[int, ...]]]]  # batch -> output name -> shape
     flop_counts: ClassVar[dict[int, float]]  # batch -> floating-point operations of one forward
+    module_traits: ClassVar[frozenset[str]] = frozenset()  # `matrix-product` where the module multiplies matrices
     scenario_type = ModuleScenario
     # The plain reference is PyTorch's own forward in the working dtype, whose blocked sums err less than a
     # kernel's plain loop over a row (a correct naive fp32 Linear over 256 inputs was measured at 1.14 times
@@ -98,6 +99,9 @@ class ModuleTask(Task):
     tolerance_floor = 1e-5
 
     # -- the Task interface -------------------------------------------------------------------
+    def traits(self, scenarios: list) -> frozenset[str]:
+        return self.module_traits
+
     def reference_source(self) -> str:
         return (self.directory / self.module_file).read_text(errors="replace")
 

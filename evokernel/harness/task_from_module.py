@@ -49,6 +49,7 @@ class ModuleSignature:
     index_inputs: dict[str, tuple[str, int]]  # name -> (Indices.ctype, high)
     output_shapes: dict[int, dict[str, tuple[int, ...]]]
     flop_counts: dict[int, float]
+    traits: frozenset[str] = frozenset()  # `matrix-product` where PyTorch's FLOP counter saw one (Linear, conv, matmul)
 
 
 def inspect_module(path: Path, language: str, dtype: str) -> ModuleSignature:
@@ -93,6 +94,8 @@ def inspect_module(path: Path, language: str, dtype: str) -> ModuleSignature:
         signature.output_shapes[batch] = ({"out": tuple(outputs[0].shape)} if len(outputs) == 1 else
                                           {f"out{i}": tuple(o.shape) for i, o in enumerate(outputs)})
         signature.flop_counts[batch] = float(max(flops, sum(math.prod(o.shape) for o in outputs)))
+        if flops > 0:  # the counter counts matrix products and convolutions only
+            signature.traits = frozenset({"matrix-product"})
     if invalid and not signature.output_shapes:
         raise BadInput(f"{path}: the forward fails on its largest indices ({_ranges(index_inputs)}): {invalid}")
     if not signature.output_shapes:
@@ -307,6 +310,7 @@ class {class_name}(ModuleTask):
     index_inputs = {signature.index_inputs!r}
     output_shapes = {signature.output_shapes!r}
     flop_counts = {signature.flop_counts!r}
+    module_traits = frozenset({sorted(signature.traits)!r})
     scenario_sets = {{"quick": {scenarios(batches[:2])}, "scaled": {scenarios(batches)}}}
 '''
 
