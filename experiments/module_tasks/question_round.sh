@@ -20,9 +20,11 @@ for pair in $EXAMPLES; do
   name=${pair%%:*}; kernel=examples/modules/${pair#*:}; task=$ROOT/tasks/$name; runs=$ROOT/runs/$name
   run=$(ls -d "$runs"/2* 2>/dev/null | tail -1)
   if [ -z "$run" ]; then
-    [ -d "$task" ] || evokernel task new "$name" --from-module "examples/modules/${name//-/_}.py" --language cuda \
-      -o "$task" > "$LOGS/$name.new.log" 2>&1
-    printf 'operators: {knob-mutation: 0, knob-crossover: 0, question-mutation: 2.0, repair: 1.0}\n' >> "$task/config.yaml"
+    if [ ! -d "$task" ]; then  # no original: the example's first kernel is the run's seed; no knobs to mutate
+      evokernel task new "$name" --from-module "examples/modules/${name//-/_}.py" --language cuda \
+        -o "$task" > "$LOGS/$name.new.log" 2>&1
+      printf 'operators: {knob-mutation: 0, knob-crossover: 0, question-mutation: 2.0, repair: 1.0}\n' >> "$task/config.yaml"
+    fi
     timeout 150 evokernel run "$task/config.yaml" --model files --seed-kernel "$kernel" --runs-dir "$runs" \
       > "$LOGS/$name.run.log" 2>&1
     run=$(ls -d "$runs"/2* 2>/dev/null | tail -1)
