@@ -88,6 +88,19 @@ def steady_state(run_dir: Path, slots: int) -> tuple[float | None, float | None]
     return sum(r.finished_at - r.started_at for r in rows) / (span * slots), 60 * len(rows) / span
 
 
+def run_edges(run_dir: Path, started: float, ended: float) -> dict[str, float | None]:
+    """Where a whole run's time goes outside its children: from the search's start to the first child's start
+    (worker start-up and the seeds' checks, timed in full against the speed reference), the seeds' own checks,
+    and from the last child's finish to the run's end."""
+    with Store(run_dir, readonly=True) as store:
+        rows = [r for r in store.individuals() if r.started_at and r.finished_at]
+    children = [r for r in rows if r.operator != "seed"]
+    seeds = [r.eval_seconds or 0.0 for r in rows if r.operator == "seed"]
+    return {"before children s": min(r.started_at for r in children) - started if children else None,
+            "seeds s": sum(seeds) if seeds else None,
+            "after children s": ended - max(r.finished_at for r in children) if children else None}
+
+
 def phase_medians(run_dir: Path) -> dict[str, float | None]:
     """Medians over the children's check reports: worker start (what the check waited for its worker,
     device context included), its device context alone (0 when made before the request), worker end (its
@@ -137,7 +150,8 @@ def run_once(args, operator, evaluations: int, concurrency: int, slots: int, run
     run_dir = runs_dir / f"{label} {slots} slots"
     started = time.time()
     result = Search(config, run_dir, operator_set={operator.name: (operator, 1.0)}, retime_best=False).run()
-    wall = time.time() - started
+    ended = time.time()
+    wall = ended - started
     stats = result.stats
     busy_steady, per_minute_steady = steady_state(run_dir, stats.slots)
     with Store(run_dir, readonly=True) as store:
@@ -152,6 +166,7 @@ def run_once(args, operator, evaluations: int, concurrency: int, slots: int, run
         "busy (all)": stats.busy_fraction,
         "busy (steady)": busy_steady, "evals/min (steady)": per_minute_steady,
         "rejected": sum(stats.failures.values()), "screened": screened_share(run_dir), "wall s": wall,
+        **run_edges(run_dir, started, ended),
         **phase_medians(run_dir),
     }
 
@@ -185,7 +200,7 @@ FORMATS = {"worker start s": ".2f", "device start s": ".2f", "worker end s": ".2
            "verification s": ".2f", "timing s": ".2f",
            "of which requests s": ".2f", "of which checks s": ".2f", "outside checks s": ".2f", "evals/min": ".1f",
            "evals/min/slot": ".1f", "evals/min (steady)": ".1f", "screened": ".0%", "driver ms/eval": ".1f", "busy (all)": ".1%", "busy (steady)": ".1%",
-           "wall s": ".1f"}
+           "wall s": ".1f", "before children s": ".1f", "seeds s": ".1f", "after children s": ".1f"}
 
 
 def show(frame: pd.DataFrame, title: str) -> None:

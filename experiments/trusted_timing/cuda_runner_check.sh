@@ -63,7 +63,7 @@ fi
 if step throughput; then
   timeout 200 python3 benchmarks/search_throughput.py --task attention-fwd --seed $SEEDS/attention_fa2.cu \
     --scenarios fa3-2k --speed-reference cudnn --max-parallel 1 --faster-seed $SEEDS/attention_hopper.cu \
-    --evaluations 14 --slow-evaluations 0 > "$LOGS/throughput.log" 2>&1
+    --evaluations 14 --slow-evaluations 0 --runs-dir "$LOGS/bench_runs" > "$LOGS/throughput.log" 2>&1
   echo "throughput rc $?" >> "$SUMMARY"
   grep -A4 "evals/min" "$LOGS/throughput.log" | head -8 >> "$SUMMARY"
 fi
