@@ -293,6 +293,26 @@ def test_gpu_candidates_are_proposed_far_enough_ahead_to_be_built_before_their_s
     assert max(queued_at_prebuild) == 3  # one per slot, and two more to build ahead
 
 
+def test_the_seeds_compile_while_the_slots_start(tmp_path, monkeypatch):
+    """Every seed is handed to `prebuild` at the run's start, before any is submitted: the first seed's build
+    overlaps its slot's start-up and the others' builds overlap the first checks."""
+    from evokernel.evaluation.local import LocalEvaluator
+
+    prebuilt: list[str] = []
+    submitted_first: list[int] = []
+    monkeypatch.setattr(LocalEvaluator, "prebuild", lambda self, source: prebuilt.append(source))
+    submit = LocalEvaluator.submit
+    monkeypatch.setattr(LocalEvaluator, "submit", lambda self, *args, **kwargs: (
+        submitted_first.append(len(prebuilt)) if not submitted_first else None, submit(self, *args, **kwargs))[1])
+    seeds = [tmp_path / "a.c", tmp_path / "b.c"]
+    for n, seed in enumerate(seeds):
+        seed.write_text(ORIGINAL + f"\nstatic const int evk_seed_{n} = {n};\n")
+    config = load_config(make_config(tmp_path, seeds=[str(s) for s in seeds], budget={"evaluations": 2},
+                                     resources={"evaluator": "local", "max_parallel": 1}))
+    Search(config, tmp_path / "run", operator_set={"knob-mutation": (KnobMutation(), 1.0)}).run()
+    assert submitted_first == [2] and prebuilt[:2] == [s.read_text() for s in seeds]
+
+
 def test_pool_prebuilds_gpu_candidates_on_cpu_workers():
     from evokernel.evaluation.ray_pool import RayPool
     from evokernel.harness import CheckOptions, profile_of

@@ -4,6 +4,7 @@ and what the sandbox shows of the installation."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.harness import CheckOptions, Slot, check, check_source, get_task, jit_cache, sandbox, supervisor
+from evokernel.harness import (CheckOptions, Slot, check, check_source, get_task, jit_cache, profile_of, sandbox,
+                               supervisor)
 from planted import CPU, CPU_OUTPUT_SIZE, CUDA, CUDA_OUTPUT_BYTES, SYSCALLS, chain
 
 TASK = get_task("attention-fwd-cpu")
@@ -418,3 +420,35 @@ def test_two_slots_checking_at_once_leave_no_worker_behind():
     finally:
         for slot in slots:
             slot.close()
+
+
+def test_a_slot_prepared_before_its_first_check_hands_that_check_a_warmed_worker(compiling_library, slot,
+                                                                                 monkeypatch):
+    """A search prepares each GPU slot while the first kernels compile elsewhere: the library's JIT cache is
+    warmed and the first check's worker started then, so the first check starts no worker of its own."""
+    task = compiling_library
+    monkeypatch.setattr(check, "profile_of", lambda backend: dataclasses.replace(profile_of(backend), devices=True))
+    options = CheckOptions(scenario_set="quick", rounds=3, warm_worker=True, speed_reference="library")
+    key = ("cpu", True, task.directory)
+
+    check.prepare_slot(task, options, slot)
+    assert _contents(jit_cache.master()) == {f"compiled-{s.name}": "code the library compiled"
+                                             for s in task.scenarios("quick")}
+    prepared = slot.warm[key]
+    assert prepared.proc.poll() is None
+    check.prepare_slot(task, options, slot)  # a slot with a waiting worker is left as it is
+    assert slot.warm[key] is prepared
+
+    assert check_source(ORIGINAL, task, options, slot=slot).correct
+    assert prepared.proc.poll() is not None  # it served the check (and was taken down after it)
+    assert slot.warm[key] is not prepared and slot.warm[key].proc.poll() is None
+
+
+def test_preparing_a_slot_is_nothing_without_a_device_or_a_search():
+    slot = Slot()
+    try:
+        check.prepare_slot(TASK, OPTIONS, slot)  # a CPU task: its workers start after the timed check
+        check.prepare_slot(get_task("attention-fwd"), CheckOptions(warm_worker=False), slot)
+        assert slot.warm == {}
+    finally:
+        slot.close()

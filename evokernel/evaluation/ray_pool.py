@@ -20,7 +20,7 @@ from typing import Any
 from evokernel.config import ResourceConfig
 from evokernel.errors import BadInput
 from evokernel.evaluation import Evaluator, Finished, detect_gpus, rejection
-from evokernel.harness import CheckOptions, Slot, Task, check_source, get_task, profile_of
+from evokernel.harness import CheckOptions, Slot, Task, check_source, get_task, prepare_slot, profile_of
 from evokernel.harness.check import build_checked
 
 DEADLINE_MARGIN_S = 60.0  # beyond the harness's own limits, before the driver kills a worker
@@ -67,6 +67,11 @@ class _Evaluator:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.slot = Slot()  # this actor's GPU: its warm worker and reference times
 
+    def prepare(self) -> None:
+        """This slot's first worker started (a GPU task's device context, its library warmed up) while the
+        search compiles the first kernels as Ray tasks beside it."""
+        prepare_slot(self.task, self.options, self.slot)
+
     def evaluate(self, source: str, label: str, options: dict | None = None) -> tuple[dict, str]:
         """Check one source (with other options for a re-check); returns the report and this worker's name."""
         chosen = CheckOptions(**options) if options else self.options
@@ -108,6 +113,11 @@ class RayPool(Evaluator):
         self.builds: list = []  # prebuilds in progress
         self.builds_ahead = profile_of(self.task.backend).builds_ahead
         self._prebuild = ray.remote(num_cpus=1, max_retries=0)(_prebuild)
+        if self.builds_ahead:  # the slots start up while the task's original compiles (every check needs it)
+            for actor in self.actors:
+                actor.prepare.remote()
+            if self.task.has_original:
+                self.prebuild(self.task.original.read_text())
         self.deadline_s = options.timeout_s + options.compile_timeout_s + DEADLINE_MARGIN_S
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from evokernel.harness.runner import build_runner
 from evokernel.harness.sandbox import isolation
 from evokernel.harness.slot import Slot
 from evokernel.harness.speed_reference import SpeedReference
-from evokernel.harness.supervisor import run_worker
+from evokernel.harness.supervisor import prepare_first_worker, run_worker
 from evokernel.harness.task import Task
 from evokernel.harness.task_loader import get_task
 
@@ -88,6 +89,41 @@ def _reusable_reference_ms(slot: Slot, key: tuple, options: CheckOptions) -> lis
     return medians if time.time() - measured_at <= options.reference_reuse_s else None
 
 
+def _request(task: Task, options: CheckOptions, reference: SpeedReference, seed: int) -> CheckRequest:
+    """What the worker is asked to do for a check of `task` with `options` (the kernels come with it)."""
+    profile = profile_of(task.backend)
+    scenarios = task.scenarios(options.scenario_set)
+    return CheckRequest(
+        backend=task.backend, task=str(task.directory),
+        speed_reference="file" if reference.kind == "file" else reference.name,
+        baselines=list(task.library_baselines) if options.baselines else [],
+        scenarios=[asdict(s) for s in scenarios], seed=seed, trials=options.trials,
+        rounds=options.rounds or profile.rounds, warmup=options.warmup,
+        timing_budget_ms=None if options.rounds else profile.timing_budget_ms,
+        keep_going=options.keep_going, time=options.time_kernels,
+        tolerance={"factor": task.tolerance_factor, "floor": task.tolerance_floor},
+        floors_ms=[task.roofline_floor_ms(s) for s in scenarios], min_limit_s=profile.min_step_limit_s,
+        confirm_above=options.confirm_above,
+    )
+
+
+def prepare_slot(task: Task | str, options: CheckOptions, slot: Slot) -> None:
+    """Before a search slot's first check of a GPU task, with `options.warm_worker`: the library speed reference's
+    JIT cache warmed and the first check's worker started with its device context, now, so that this start-up
+    overlaps the first kernels' builds (which the search runs elsewhere) instead of following them. Never raises:
+    whatever fails here is done again, and reported, by the check itself."""
+    task = get_task(task) if isinstance(task, str) else task
+    profile = profile_of(task.backend)
+    if not (options.warm_worker and profile.devices):
+        return
+    try:
+        request = _request(task, options, SpeedReference.parse(options.speed_reference, task), 0)
+        runner = build_runner(cache_home(), cuda=profile.cuda_runner)
+        prepare_first_worker(request, profile.start_limit_s, profile.devices, task.directory, slot, runner)
+    except (BadInput, OSError, subprocess.SubprocessError):  # the first check starts its own and says why
+        return
+
+
 def check_source(source: str, task: Task | str, options: CheckOptions | None = None,
                  kernel_name: str = "<source>", slot: Slot | None = None) -> CheckReport:
     """Check kernel source text; never raises for a bad kernel (only for bad options). `slot` is the evaluation
@@ -125,18 +161,7 @@ def check_source(source: str, task: Task | str, options: CheckOptions | None = N
     if speed_library is not None:
         kernels["speed_reference"] = speed_library
     profile = profile_of(task.backend)
-    request = CheckRequest(
-        backend=task.backend, task=str(task.directory),
-        speed_reference="file" if reference.kind == "file" else reference.name,
-        baselines=list(task.library_baselines) if options.baselines else [],
-        scenarios=[asdict(s) for s in scenarios], seed=seed, trials=options.trials,
-        rounds=options.rounds or profile.rounds, warmup=options.warmup,
-        timing_budget_ms=None if options.rounds else profile.timing_budget_ms,
-        keep_going=options.keep_going, time=options.time_kernels,
-        tolerance={"factor": task.tolerance_factor, "floor": task.tolerance_floor},
-        floors_ms=[task.roofline_floor_ms(s) for s in scenarios], min_limit_s=profile.min_step_limit_s,
-        confirm_above=options.confirm_above,
-    )
+    request = _request(task, options, reference, seed)
     reference_key = (str(task.directory), options.scenario_set, str(reference),
                      os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     request.reference_ms = _reusable_reference_ms(slot, reference_key, options)

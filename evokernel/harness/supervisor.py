@@ -234,6 +234,28 @@ def _warm_up(request: CheckRequest) -> dict | None:
             if request.time else None)
 
 
+def _start_ahead(key: tuple[str, bool, Path], warm: dict | None, slot: Slot, runner: Path | None) -> None:
+    """The slot's worker for its next check started (unless one waits) and told to prepare: its device context,
+    its runners, the speed reference warming up. Call it only when no check is timing on the device."""
+    if key not in slot.warm:
+        slot.warm[key] = _start(*key)
+    slot.warm[key].prepare(warm, runner=runner)
+
+
+def prepare_first_worker(request: CheckRequest, start_limit_s: float, devices: bool, task_dir: Path, slot: Slot,
+                 runner: Path | None = None) -> None:
+    """Before a slot's first check like `request` on a device: what `run_worker` with `keep_warm` would do then
+    (the library's JIT cache warmed, the worker started and prepared), done now, while the first kernels are still
+    being compiled elsewhere. Nothing to do when a worker already waits in the slot."""
+    key = (request.backend, devices, Path(task_dir))
+    if not devices or key in slot.warm:
+        return
+    warm = _warm_up(request)
+    if warm and warm["speed_reference"] not in BUILT_SPEED_REFERENCES:
+        warm_jit_cache(key, warm, start_limit_s, slot)
+    _start_ahead(key, warm, slot, runner)
+
+
 def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float, memory_limit_bytes: int,
                start_limit_s: float, devices: bool, task_dir: Path, slot: Slot, keep_warm: bool = False,
                runner: Path | None = None) -> WorkerOutcome:
@@ -280,10 +302,8 @@ def run_worker(request: CheckRequest, kernels: dict[str, Path], timeout_s: float
         reported = bool(messages) and messages[-1].data["type"] == "done"
         ended = time.perf_counter()
         _end(worker.proc, reported)
-        if keep_warm:
-            if key not in slot.warm:
-                slot.warm[key] = _start(*key)
-            slot.warm[key].prepare(warm, runner=runner)  # the next check in this slot most likely asks the same
+        if keep_warm:  # the next check in this slot most likely asks the same
+            _start_ahead(key, warm, slot, runner)
         if not reported:  # its last words may explain the failure; a worker that reported everything is not
             worker.drain.join(timeout=2)  # waited for (its runners' device contexts take seconds to tear down)
         seconds = time.perf_counter() - started

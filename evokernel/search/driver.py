@@ -184,6 +184,8 @@ class Search(Proposing):
         self.stats.evaluations = sum(1 for row in earlier if row.status in ("correct", "rejected"))
         self.human.restore()
         self.answers.restore()
+        for item in self.queue:  # the seeds (or a resumed run's pending kernels) compile while the slots start
+            self.evaluator.prebuild(item.source)
         if self.resume:
             self.notify(f"resuming {self.run_dir}: {self.stats.evaluations} evaluations done, "
                         f"{len(self.queue)} re-submitted, population {len(self.population)}")

@@ -63,9 +63,10 @@ fi
 if step throughput; then
   timeout 200 python3 benchmarks/search_throughput.py --task attention-fwd --seed $SEEDS/attention_fa2.cu \
     --scenarios fa3-2k --speed-reference cudnn --max-parallel 1 --faster-seed $SEEDS/attention_hopper.cu \
-    --evaluations 14 --slow-evaluations 0 --runs-dir "$LOGS/bench_runs" > "$LOGS/throughput.log" 2>&1
+    --evaluations 14 --slow-evaluations 0 --runs-dir "$LOGS/bench_runs" --results "$LOGS/throughput.md" \
+    > "$LOGS/throughput.log" 2>&1
   echo "throughput rc $?" >> "$SUMMARY"
-  grep -A4 "evals/min" "$LOGS/throughput.log" | head -8 >> "$SUMMARY"
+  grep "^|" "$LOGS/throughput.md" >> "$SUMMARY"
 fi
 date -u +"end %Y-%m-%d %H:%M:%S UTC" >> "$SUMMARY"
 cat "$SUMMARY"
