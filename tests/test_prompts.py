@@ -391,3 +391,19 @@ def test_the_prompt_says_how_many_calls_each_timed_request_held():
     assert "Calls of this kernel a timed request held: d64-b8-h32-s2048 4, d128-b8-h16-s2048-causal 8." in prompt
     assert "a timed request held" not in mutation_prompt(Parent(1, "int a;", 1.0, report=gpu_report()), QUESTION,
                                                          "default", GPU_TASK)
+
+
+def test_a_crossover_prompt_tells_what_each_parents_line_tried(tmp_path):
+    """Round 9's answerers of crossovers saw both kernels but not what had been tried from either (a mutation's
+    answerer does): ideas that had lost on one parent's line came back in the child."""
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        first = add(store, "int b;", 1.1, [seed], "question-mutation", "barrier-waits")
+        second = add(store, "int c;", 1.05, [seed], "knob-mutation", knobs={"BLOCK_Q": "8"})
+        add(store, "int d;", 0.9, [first], "question-mutation", "barrier-waits")
+        a, b = (parent_view(store, store.individual(i), source) for i, source in ((first, "int b;"), (second, "int c;")))
+    prompt = crossover_prompt(a, b, QUESTION, CPU_TASK)
+    for which, view in (("kernel A", a), ("kernel B", b)):
+        assert (f"## How {which} came about, and what was tried from it (fitness: geomean speedup over the "
+                f"original kernel)\n{view.lineage.strip()}\n") in prompt
+    assert "#4 from #2 by question-mutation" in prompt  # what was tried from A

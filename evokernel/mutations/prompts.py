@@ -23,7 +23,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 7  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 8  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -231,13 +231,18 @@ def _frame(question: Question, trigger: str, body: str, task: Task, report: dict
             + f"# The question again\n{question.text}\n\n" + _answer_format(task.language, propose))
 
 
+def _lineage(parent: Parent, task: Task, which: str) -> str:
+    """How `which` kernel came about and what was tried from it: the answerer sees which ideas its line already
+    tried and how they did (in a crossover, for both parents: ideas that lost came back otherwise)."""
+    over = _reference(task, parent.report).over
+    return (f"## How {which} came about, and what was tried from it (fitness: geomean speedup over {over})\n"
+            f"{parent.lineage.strip()}\n") if parent.lineage.strip() else ""
+
+
 def mutation_prompt(parent: Parent, question: Question, trigger: str, task: Task,
                     propose_question: bool = False) -> str:
     """One parent and a question about it."""
-    over = _reference(task, parent.report).over
-    lineage = (f"## How this kernel came about, and what was tried from it (fitness: geomean speedup over {over})\n"
-               f"{parent.lineage.strip()}\n") if parent.lineage.strip() else ""
-    body = _kernel_section(parent, task, "The kernel") + "\n" + lineage
+    body = _kernel_section(parent, task, "The kernel") + "\n" + _lineage(parent, task, "this kernel")
     return _frame(question, trigger, body, task, parent.report, propose_question)
 
 
@@ -284,6 +289,8 @@ def crossover_prompt(first: Parent, second: Parent, question: Question, task: Ta
     compared = parents_compared(first, second, task)
     body = (_kernel_section(first, task, "Kernel A") + "\n" + _kernel_section(second, task, "Kernel B")
             + (f"\n{compared}" if compared else "")
+            + "".join(f"\n{history}" for history in (_lineage(first, task, "kernel A"), _lineage(second, task, "kernel B"))
+                      if history)
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
     return _frame(question, "crossover", body, task, first.report or second.report, propose_question)
 
