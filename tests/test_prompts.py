@@ -16,7 +16,8 @@ from evokernel.harness.build import build
 from evokernel.mutations import Parent
 from evokernel.mutations.build_log import _demangle, compiler_messages, register_summary
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
-from evokernel.search.operator_contexts import CHILDREN_SHOWN, LINEAGE_DEPTH, lineage_summary, parent_view
+from evokernel.search.operator_contexts import (CHILDREN_SHOWN, LINEAGE_DEPTH, SIDE_STEPS_SHOWN, lineage_summary,
+                                               parent_view)
 from evokernel.store import Individual, LLMCall, Store
 from evokernel.source import normalized_hash, source_hash
 
@@ -407,3 +408,21 @@ def test_a_crossover_prompt_tells_what_each_parents_line_tried(tmp_path):
         assert (f"## How {which} came about, and what was tried from it (fitness: geomean speedup over the "
                 f"original kernel)\n{view.lineage.strip()}\n") in prompt
     assert "#4 from #2 by question-mutation" in prompt  # what was tried from A
+
+
+def test_a_long_list_of_tries_beside_the_line_keeps_the_ones_that_lost_or_gained_most(tmp_path):
+    """Round 9's answerers re-tried an idea that had lost 3.5% because only the latest tries beside the line were
+    shown: beyond SIDE_STEPS_SHOWN, the latest half stays and the earlier ones that moved the fitness most."""
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        kernel = add(store, "int b;", 1.01, [seed], "question-mutation", "barrier-waits")
+        lost = add(store, "int lost;", 0.965, [seed], "question-mutation", "barrier-waits")
+        broken = add(store, "int broken;", None, [seed], "question-mutation", "barrier-waits", status="rejected")
+        flat = [add(store, f"int flat{n};", 1.0 + n / 10000, [seed], "question-mutation", "barrier-waits")
+                for n in range(2 * SIDE_STEPS_SHOWN)]
+        lines = lineage_summary(store, kernel).splitlines()
+    header = next(n for n, line in enumerate(lines) if line.startswith("Also tried"))
+    shown = [int(line.split()[0][1:]) for line in lines[header + 1:]]
+    assert len(shown) == SIDE_STEPS_SHOWN and shown == sorted(shown)
+    assert {lost, broken} <= set(shown) and shown[-(SIDE_STEPS_SHOWN // 2):] == flat[-(SIDE_STEPS_SHOWN // 2):]
+    assert lines[header].startswith(f"Also tried from the kernels of this line ({2 * SIDE_STEPS_SHOWN + 2}; the latest")

@@ -4,6 +4,7 @@ told of a parent kernel (its source, fitness, knobs, report and the steps that l
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from dataclasses import dataclass
@@ -17,11 +18,11 @@ from evokernel.harness import Task
 from evokernel.mutations import Context, Operator, Parent, registered_operators
 from evokernel.mutations.edits import stated_change
 from evokernel.population import Kernel
-from evokernel.store import Individual, Store
+from evokernel.store import Individual, Outcome, Store
 
 LINEAGE_DEPTH = 8  # steps of a parent's first-parent line an operator is told of
 CHILDREN_SHOWN = 6  # children already made from a parent an operator is told of (the latest)
-SIDE_STEPS_SHOWN = 8  # other children of the line's ancestors an operator is told of (the latest)
+SIDE_STEPS_SHOWN = 16  # other children of the line's ancestors an operator is told of (see _side_steps_shown)
 KNOB_CHANGES_SHOWN = 4  # knob changes named per step
 
 
@@ -85,8 +86,9 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
     beside = [o for o in outcomes if o.parent_ids[:1] and o.parent_ids[0] in ancestors
               and o.id not in (kernel_id, *ancestors)]
     if beside:
-        shown_beside = beside[-SIDE_STEPS_SHOWN:]
-        count = (f"{len(beside)}, the latest {len(shown_beside)} shown" if len(beside) > len(shown_beside)
+        shown_beside = _side_steps_shown(beside, {o.id: o for o in outcomes})
+        count = (f"{len(beside)}; the latest {SIDE_STEPS_SHOWN // 2} and the {len(shown_beside) - SIDE_STEPS_SHOWN // 2}"
+                 " earlier ones that moved the fitness most are shown" if len(beside) > len(shown_beside)
                  else len(beside))
         lines.append(f"Also tried from the kernels of this line ({count}; latest last):")
         lines += [_step(store, store.individual(o.id), store.individual(o.parent_ids[0]), texts)
@@ -98,6 +100,26 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
         lines.append(f"Already made from #{kernel_id} ({count}; latest last):")
         lines += [_step(store, store.individual(child), kernel, texts) for child in shown]
     return "\n".join(lines)
+
+
+def _side_steps_shown(beside: list[Outcome], by_id: dict[int, Outcome]) -> list[Outcome]:
+    """At most SIDE_STEPS_SHOWN of the line's other children, in id order: the latest half, and of the earlier
+    ones those that moved the fitness most from their parent (a rejection counts as the largest loss). Keeping
+    only the latest hid ideas that had lost: answerers tried them again."""
+    if len(beside) <= SIDE_STEPS_SHOWN:
+        return beside
+    latest, earlier = beside[-(SIDE_STEPS_SHOWN // 2):], beside[:-(SIDE_STEPS_SHOWN // 2)]
+
+    def moved(outcome: Outcome) -> float:
+        parent = by_id.get(outcome.parent_ids[0])
+        if outcome.status == "rejected":
+            return math.inf
+        if outcome.fitness and parent and parent.fitness:
+            return abs(math.log(outcome.fitness / parent.fitness))
+        return 0.0
+
+    kept = sorted(earlier, key=moved, reverse=True)[:SIDE_STEPS_SHOWN - len(latest)]
+    return sorted(kept, key=lambda o: o.id) + latest
 
 
 def _fitness(kernel: Individual) -> str:
