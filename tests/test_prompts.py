@@ -137,6 +137,19 @@ def test_a_long_build_log_keeps_every_functions_registers_and_cuts_only_messages
     assert "[trimmed]" not in compiler_messages(trimmed, "kernel.cu")
 
 
+def test_a_log_cut_as_plain_text_is_cut_between_lines():
+    """Answerers read "ime = 734.580 ms" as a kernel's compiler messages: the plain cut (when ptxas's table alone
+    is too long to keep) split lines in two; it now keeps whole lines on both sides of its mark."""
+    from evokernel.harness.build import LOG_LIMIT, RESOURCE_LIMIT, TRIMMED, _trim
+
+    table = "".join(f"ptxas info    : Used {n % 200} registers, used 1 barriers, 4{n} bytes cmem[0] for kernel_{n}\n"
+                    for n in range(RESOURCE_LIMIT // 60))
+    lines = ("ptxas info    : Compile time = 734.580 ms\n" + table).splitlines()
+    trimmed = _trim("\n".join(lines))
+    assert TRIMMED in trimmed and len(trimmed) <= LOG_LIMIT + len(TRIMMED) + 2
+    assert all(line in lines for line in trimmed.splitlines() if line != TRIMMED)
+
+
 def test_a_long_log_says_functions_are_missing_and_messages_are_capped():
     log = PTXAS_LOG + "... [trimmed] ...\n" + "".join(f"kernel.cu(9): warning #177-D: variable x{n} unused\n"
                                                      for n in range(30))

@@ -57,9 +57,9 @@ def _trim(log: str) -> str:
         return log
     lines = log.splitlines()
     resources = {i for i, line in enumerate(lines) if _PTXAS_RESOURCE.search(line)}
-    if sum(len(lines[i]) + 1 for i in resources) > RESOURCE_LIMIT:
+    if sum(len(lines[i]) + 1 for i in resources) > RESOURCE_LIMIT:  # cut at whole lines (no fragment of one shown)
         half = LOG_LIMIT // 2
-        return log[:half] + f"\n{TRIMMED}\n" + log[-half:]
+        return log[:half].rpartition("\n")[0] + f"\n{TRIMMED}\n" + log[-half:].partition("\n")[2]
     messages = [i for i in range(len(lines)) if i not in resources]
     kept = set(resources)
     for order in (messages, messages[::-1]):  # from the start, then from the end, half the limit each
