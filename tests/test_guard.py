@@ -406,6 +406,17 @@ def test_what_built_c_kernels_import_is_allowed(symbol):
     assert object_imports.allowed_import(symbol, "c")
 
 
+@pytest.mark.parametrize("language", ["c", "cuda"])
+def test_the_calls_a_prompt_names_as_allowed_are_the_ones_the_import_check_takes(language):
+    from evokernel.harness import get_task
+    from evokernel.mutations.prompts import _setting
+
+    names = object_imports.ALLOWED_CALLS[language]
+    assert names and all(object_imports.allowed_import(name, language) for name in names)
+    task = get_task("attention-fwd" if language == "cuda" else "attention-fwd-cpu")
+    assert ", ".join(names) in _setting(task, None)
+
+
 @pytest.mark.parametrize("symbol", ["PyGILState_Ensure", "PyRun_SimpleString", "write", "read", "exit", "syscall",
                                     "pthread_create", "getppid", "dlopen", "_r_debug", "cudaLaunchKernel_ptsz",
                                     "cudaStreamCreate", "cudaDeviceSynchronize", "cuLaunchKernel"])

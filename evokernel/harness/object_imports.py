@@ -80,6 +80,28 @@ ALLOWED_CUDA_IMPORT_RE = re.compile(
     r"|_ZSt\d+__throw_\w+|_ZTVN10__cxxabiv1\w+")
 
 
+# The allowlists as a kernel's author needs them (a prompt states them): calls each pattern above takes (a test
+# checks every name against them), and what the names do not say.
+_C_CALLS = ("sqrtf", "expf", "exp2f", "fmaf", "fminf", "fmaxf", "memcpy", "memmove", "memset", "malloc", "calloc",
+            "realloc", "free", "aligned_alloc", "posix_memalign", "qsort", "snprintf", "omp_get_thread_num",
+            "omp_get_num_threads", "GOMP_parallel")
+ALLOWED_CALLS = {
+    "c": _C_CALLS,
+    "cuda": ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaFuncSetAttribute",
+             "cudaFuncGetAttributes", "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+             "cudaOccupancyMaxActiveClusters", "cudaGetDevice", "cudaDeviceGetAttribute", "cudaGetDeviceProperties",
+             "cudaMemGetInfo", "cudaMemsetAsync", "cudaMemcpyAsync", "cudaMemcpyToSymbolAsync", "cudaGetSymbolAddress",
+             "cudaMallocAsync", "cudaFreeAsync", "cudaMalloc", "cudaFree", "cudaGetLastError", "cudaPeekAtLastError",
+             "cudaGetErrorString", "cudaGetDriverEntryPoint", *_C_CALLS),
+}
+ALLOWED_CALLS_NOTE = {
+    "c": "the other <math.h> functions too",
+    "cuda": "the other <math.h> functions and C++ new/delete too; cudaLaunchKernelEx (it calls cudaLaunchKernelExC) "
+            "with launch attributes such as clusters or programmatic dependent launch; driver functions such as "
+            "cuTensorMapEncodeTiled only through cudaGetDriverEntryPoint",
+}
+
+
 def allowed_import(symbol: str, language: str) -> bool:
     """Whether a built object of `language` may import `symbol` (a name from `nm`, version suffix allowed)."""
     name = symbol.split("@")[0]

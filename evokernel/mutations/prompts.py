@@ -18,6 +18,7 @@ from evokernel.bank import Question
 from evokernel.bank.proposed_questions import PROPOSAL_FORMAT
 from evokernel.harness import LANGUAGES, CheckOptions, SpeedReference, Task, profile_of
 from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS
+from evokernel.harness.object_imports import ALLOWED_CALLS, ALLOWED_CALLS_NOTE
 from evokernel.harness.worker import LIMIT_FACTOR
 from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
@@ -153,6 +154,8 @@ def _setting(task: Task, report: dict | None) -> str:
         f"{_bandwidth(task.peak_bytes_per_s)}.\n"
         f"- Build: `{command}`, with the contract's header beside {source}. The kernel is this one file; it may "
         f"include the contract's header and {includes}. Nothing else is linked.\n"
+        f"- Calls it may make (the harness reads the built object's imports and refuses any other by name): "
+        f"{', '.join(ALLOWED_CALLS[task.language])}; {ALLOWED_CALLS_NOTE[task.language]}.\n"
         f"- Limits: compiling {CheckOptions.compile_timeout_s:.0f} s; a call of the kernel is stopped after "
         f"{LIMIT_FACTOR:.0f} times the task's original kernel's time (the kernel's own first call where the task has "
         "none; at least "
