@@ -391,8 +391,11 @@ def test_a_crossover_prompt_compares_the_parents_and_says_how_far_the_reference_
     assert "d64-b8-h32-s2048 | 1.072 | 1.136 | 1.060 | 0.4% | 0.4% | 0.5897 | 0.5921 | +0.4%" in section
     assert "d128-b8-h16-s2048-causal | 0.988 | 0.992 | 1.004 (within noise) | 0.5% | 0.5% | 0.2714 | 0.2687 | -1.0%" \
         in section
+    assert "B is faster beyond noise on 1 of 2 scenarios, A on 0; every other difference is within noise." in section
     same = crossover_prompt(a, Parent(2, "int b;", 1.0, report=gpu_report()), QUESTION, GPU_TASK)
     assert "both on NVIDIA H200 (GPU 0, uuid fb99adad" in same and "moved by 0.0%" in same
+    # round 10's answerers were told each parent was better somewhere where every difference was noise
+    assert "no difference between them was measured" in same and "each is better than the other" not in same
     against_another = gpu_report(speed_reference="flash")
     assert "## Kernel A against kernel B" not in crossover_prompt(a, Parent(2, "int b;", 1.0, report=against_another),
                                                                   QUESTION, GPU_TASK)

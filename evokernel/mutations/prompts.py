@@ -24,7 +24,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 8  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 9  # part of the replay key: raise it when a template below changes what is asked
 
 WHY_NOW = {
     "default": "",
@@ -34,7 +34,8 @@ WHY_NOW = {
     "suspicious-gain": "This kernel's last gain over its parent is suspiciously large. Before building on it, "
                        "find what could make the measurement or the result wrong.",
     "repair": "This kernel failed the harness (it did not build or gave wrong results).",
-    "crossover": "Two kernels follow; each is better than the other somewhere.",
+    "crossover": "Two kernels follow, each from a line of its own; where one is faster than the other beyond noise is "
+                 "said below them.",
     "human": "A person watching this search asks this question about this kernel.",
 }
 
@@ -261,7 +262,7 @@ def parents_compared(first: Parent, second: Parent, task: Task) -> str:
     b_rows = {s["name"]: s for s in reports[1]["scenarios"]}
     lines = [f"scenario | A speedup | B speedup | B / A | A spread | B spread | {short} ms in A's check | in B's check "
              "| moved"]
-    drifts = []
+    drifts, faster = [], {"A": 0, "B": 0}
     for a in reports[0]["scenarios"]:
         b = b_rows.get(a["name"])
         if not b or not all(r.get("speedup") and r.get("original_time_ms") for r in (a, b)):
@@ -270,6 +271,8 @@ def parents_compared(first: Parent, second: Parent, task: Task) -> str:
         drifts.append(abs(drift))
         ratio, spreads = b["speedup"] / a["speedup"], [r.get("spread") for r in (a, b)]
         noise = max([abs(drift), *(s for s in spreads if s is not None)])
+        if abs(ratio - 1) > noise:
+            faster["B" if ratio > 1 else "A"] += 1
         shown = [f"{100 * s:.1f}%" if s is not None else "-" for s in spreads]
         lines.append(f"{a['name']} | {a['speedup']:.3f} | {b['speedup']:.3f} | {ratio:.3f}"
                      f"{' (within noise)' if abs(ratio - 1) < noise else ''} | {shown[0]} | {shown[1]} | "
@@ -283,7 +286,10 @@ def parents_compared(first: Parent, second: Parent, task: Task) -> str:
             f"{short}'s own times moved by {100 * statistics.median(drifts):.1f}% in the median scenario (at most "
             f"{100 * max(drifts):.1f}%): compare the speedups, not the milliseconds. A ratio B / A closer to 1 than "
             "that movement or either kernel's spread (interquartile range / median of its timed calls) is marked "
-            "within noise: no measured difference.\n" + "\n".join(lines) + "\n")
+            "within noise: no measured difference.\n" + "\n".join(lines) + "\n"
+            + f"B is faster beyond noise on {faster['B']} of {len(drifts)} scenarios, A on {faster['A']}"
+            + ("; every other difference is within noise.\n" if sum(faster.values()) else
+               ": no difference between them was measured.\n"))
 
 
 def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
