@@ -87,10 +87,15 @@ def test_declared_limits_are_detected_from_prose_or_an_unchanged_kernel():
     assert same.declared_limit  # only whitespace and comments differ
     claim = parse_answer("It cannot be improved further, but here it is:\n```c\nint z;\n```", PARENT)
     assert claim.declared_limit
-    for stated in ("Change: none", "1. The loads are coalesced already.\n2. **Change:** None."):
+    # the refusal asks for `Change: none` and why: the why may follow on the same line (round 10 was refused so)
+    for stated in ("Change: none", "1. The loads are coalesced already.\n2. **Change:** None.",
+                   "Change: none \u2014 only a stream-K tail would help, too risky unverified",
+                   "Change: None. The split is already even.", "Change: no change (every scenario has enough work)"):
         unchanged = parse_answer(stated, PARENT)
         assert unchanged.declared_limit and unchanged.mode == "none" and unchanged.source == PARENT
-    with pytest.raises(ProposalFailed, match="says `Change: none` and why"):
-        parse_answer("Change: unroll the loop (but no code given)", PARENT)
+    for no_code in ("Change: unroll the loop (but no code given)", "Change: nothing but a wider tile",
+                    "Change: nonetheless a wider tile"):
+        with pytest.raises(ProposalFailed, match="says `Change: none` and why"):
+            parse_answer(no_code, PARENT)
     assert not claims_limit("The limit is the shared memory per block; moving K to registers frees it.")
     assert claims_limit("No further optimization is possible.") and claims_limit("The work is done.")

@@ -27,7 +27,9 @@ LIMIT_CLAIMS = re.compile(
 CHANGE_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]*|\d+\.[ \t]*)?[*_`]*change[*_`]*[ \t]*:[*_`]*[ \t]*(\S.*)$",
                          re.IGNORECASE | re.MULTILINE)
 CHANGE_SHOWN = 200  # characters of an answer's stated change that later prompts are told of
-NO_CHANGE = {"none", "no change", "nothing"}  # a stated change that declares the kernel left as it is
+# A stated change that declares the kernel left as it is: the word alone or followed by its reason ("none - ...",
+# "None. The tail ...", "none (...)"); "nothing but the tile" states a change.
+NO_CHANGE = re.compile(r"(?:none|no change|nothing)[*_`]*(?:\s*$|\s*[.;:,(\u2014\u2013-])", re.IGNORECASE)
 NO_CODE = "no code block and no SEARCH/REPLACE edits in the answer"
 
 
@@ -97,7 +99,7 @@ def parse_answer(answer: str | None, parent_source: str, may_keep_parent: bool =
         source, mode, prose = apply_edits(parent_source, edits), "edits", FENCE.sub(" ", EDIT.sub(" ", answer))
     elif blocks:
         source, mode, prose = max(blocks, key=len).strip("\n") + "\n", "full", FENCE.sub(" ", answer)
-    elif may_keep_parent and (claims_limit(answer) or (stated_change(answer) or "").lower().rstrip(".") in NO_CHANGE):
+    elif may_keep_parent and (claims_limit(answer) or NO_CHANGE.match(stated_change(answer) or "")):
         return ParsedAnswer(parent_source, "none", answer, declared_limit=True)
     elif may_keep_parent:
         raise ProposalFailed(f"{NO_CODE} (one that changes nothing says `Change: none` and why)")
