@@ -442,3 +442,20 @@ def test_a_long_list_of_tries_beside_the_line_keeps_the_ones_that_lost_or_gained
     assert len(shown) == SIDE_STEPS_SHOWN and shown == sorted(shown)
     assert {lost, broken} <= set(shown) and shown[-(SIDE_STEPS_SHOWN // 2):] == flat[-(SIDE_STEPS_SHOWN // 2):]
     assert lines[header].startswith(f"Also tried from the kernels of this line ({2 * SIDE_STEPS_SHOWN + 2}; the latest")
+
+
+def test_a_crossover_prompt_shows_how_the_parents_differ():
+    """Round 10's answerers diffed two 1,500-line kernels by hand to find that they differed in two knobs: the prompt
+    names the knob values that differ and shows the sources' diff where it is short."""
+    source = GPU_TASK.original.read_text()
+    a = Parent(1, source, 1.0, knobs={"BLOCK_N": "64", "STAGES": "2"})
+    b = Parent(2, source.replace("#include", "// B keeps K in registers\n#include", 1), 1.0,
+               knobs={"BLOCK_N": "128", "STAGES": "2"})
+    crossed = crossover_prompt(a, b, QUESTION, GPU_TASK)
+    section = crossed[crossed.index("## How kernel B differs from kernel A"):]
+    assert section.startswith("## How kernel B differs from kernel A\nKnob values: BLOCK_N A 64, B 128.\n")
+    assert "The sources, as a unified diff (1 line added or removed):\n```diff\n--- kernel A\n+++ kernel B\n" in section
+    assert "\n+// B keeps K in registers\n" in section
+    far = Parent(2, "\n".join(f"int v{n};" for n in range(300)), 1.0)
+    assert "too long to show" in crossover_prompt(a, far, QUESTION, GPU_TASK)
+    assert "The sources are the same." in crossover_prompt(a, Parent(2, source, 1.0), QUESTION, GPU_TASK)

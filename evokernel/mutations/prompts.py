@@ -11,6 +11,7 @@ file or SEARCH/REPLACE edits) comes last.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import statistics
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 9  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 10  # part of the replay key: raise it when a template below changes what is asked
+DIFF_LINES_SHOWN = 240  # a crossover's unified diff of its parents, shown whole up to this many lines
 
 WHY_NOW = {
     "default": "",
@@ -292,12 +294,31 @@ def parents_compared(first: Parent, second: Parent, task: Task) -> str:
                ": no difference between them was measured.\n"))
 
 
+def parents_differ(first: Parent, second: Parent) -> str:
+    """How kernel B differs from kernel A: the knob values that differ and, where it is short, the unified diff of
+    their sources (answerers diffed two 1,500-line kernels by hand to find that they differed in two knobs)."""
+    diff = list(difflib.unified_diff(first.source.splitlines(), second.source.splitlines(), "kernel A", "kernel B",
+                                     n=2, lineterm=""))
+    changed = sum(1 for line in diff[2:] if line[:1] in "+-")
+    names = sorted(set(first.knobs) | set(second.knobs))
+    knobs = [f"{name} A {first.knobs.get(name, '-')}, B {second.knobs.get(name, '-')}" for name in names
+             if first.knobs.get(name) != second.knobs.get(name)]
+    text = "## How kernel B differs from kernel A\n" + (f"Knob values: {'; '.join(knobs)}.\n" if knobs else "")
+    if not diff:
+        return text + "The sources are the same.\n"
+    if len(diff) > DIFF_LINES_SHOWN:
+        return text + (f"The sources differ in {changed} added or removed lines ({len(diff)} lines of unified diff: too "
+                       "long to show; compare the two kernels above).\n")
+    return text + f"The sources, as a unified diff ({changed} line{'s' * (changed != 1)} added or removed):\n```diff\n" + "\n".join(diff) \
+        + "\n```\n"
+
+
 def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
                      propose_question: bool = False) -> str:
     """Two parents and a question about their difference; the answer is one child (edits apply to the first)."""
     compared = parents_compared(first, second, task)
     body = (_kernel_section(first, task, "Kernel A") + "\n" + _kernel_section(second, task, "Kernel B")
-            + (f"\n{compared}" if compared else "")
+            + (f"\n{compared}" if compared else "") + "\n" + parents_differ(first, second)
             + "".join(f"\n{history}" for history in (_lineage(first, task, "kernel A"), _lineage(second, task, "kernel B"))
                       if history)
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
