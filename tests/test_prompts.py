@@ -15,6 +15,7 @@ from evokernel.harness import get_task
 from evokernel.harness.build import build
 from evokernel.mutations import Parent
 from evokernel.mutations.build_log import _demangle, compiler_messages, register_summary
+from evokernel.mutations.edits import CHANGE_SHOWN
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
 from evokernel.search.operator_contexts import (CHILDREN_SHOWN, LINEAGE_DEPTH, SIDE_STEPS_SHOWN, lineage_summary,
                                                parent_view)
@@ -301,7 +302,7 @@ def test_each_step_says_the_change_its_answer_stated_so_that_siblings_do_not_rep
     assert lines[1].endswith("0.970 (-3.0%); change: a quarter of the exponentials as a cubic on the FMA pipe")
     assert lines[2] == "Also tried from the kernels of this line (1; latest last):"
     assert lines[3].startswith(f"#{sibling} from #{seed}") and lines[3].endswith(
-        "; change: " + ("tile " * 100)[:197].rstrip() + "...")
+        "; change: " + ("tile " * 100)[:CHANGE_SHOWN - 3].rstrip() + "...")
     assert lines[4] == f"Already made from #{step} (1; latest last):"
     assert lines[5].startswith(f"#{child} from #{step}") and "change:" not in lines[5]
     assert "Change:` (later prompts" in mutation_prompt(Parent(1, "int a;", 1.0), QUESTION, "default", CPU_TASK)

@@ -26,7 +26,7 @@ LIMIT_CLAIMS = re.compile(
 
 CHANGE_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]*|\d+\.[ \t]*)?[*_`]*change[*_`]*[ \t]*:[*_`]*[ \t]*(\S.*)$",
                          re.IGNORECASE | re.MULTILINE)
-CHANGE_SHOWN = 200  # characters of an answer's stated change that later prompts are told of
+CHANGE_SHOWN = 320  # characters of an answer's stated change that later prompts are told of (200 cut ideas mid-sentence)
 # A stated change that declares the kernel left as it is: the word alone or followed by its reason ("none - ...",
 # "None. The tail ...", "none (...)"); "nothing but the tile" states a change.
 NO_CHANGE = re.compile(r"(?:none|no change|nothing)[*_`]*(?:\s*$|\s*[.;:,(\u2014\u2013-])", re.IGNORECASE)
