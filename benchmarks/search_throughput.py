@@ -186,9 +186,11 @@ def scaling_lines(frame: pd.DataFrame) -> list[str]:
 def machine() -> str:
     gpu = ""
     if detect_gpus():
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid", "--format=csv,noheader"], capture_output=True,
                              text=True, check=False).stdout.strip().splitlines()
-        gpu = f", {len(out)}x {out[0]}" if out else ""
+        # the uuid names the machine: the same benchmark's steady state differs by 30% between H200s
+        gpu = f", {len(out)}x {out[0].split(',')[0]} (uuid {', '.join(line.split(',')[-1].strip()[4:12] for line in out)})" \
+            if out else ""
     return f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu})"
 
 
