@@ -460,3 +460,12 @@ def test_a_crossover_prompt_shows_how_the_parents_differ():
     far = Parent(2, "\n".join(f"int v{n};" for n in range(300)), 1.0)
     assert "too long to show" in crossover_prompt(a, far, QUESTION, GPU_TASK)
     assert "The sources are the same." in crossover_prompt(a, Parent(2, source, 1.0), QUESTION, GPU_TASK)
+
+
+def test_a_kernel_that_moves_registers_between_warpgroups_says_the_table_is_at_launch():
+    """Round 10's answerers read ptxas's 168 registers as what a consumer warpgroup holds after setmaxnreg."""
+    moves = GPU_TASK.original.read_text() + '\n// asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");\n'
+    note = "moves them between its warpgroups at run time"
+    assert note in mutation_prompt(Parent(1, moves, 1.0, report=gpu_report()), QUESTION, "default", GPU_TASK)
+    assert note not in mutation_prompt(Parent(1, GPU_TASK.original.read_text(), 1.0, report=gpu_report()), QUESTION,
+                                       "default", GPU_TASK)

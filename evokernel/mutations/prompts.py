@@ -193,6 +193,9 @@ def _kernel_section(parent: Parent, task: Task, label: str, with_messages: bool 
     registers = register_summary(log)
     if task.language == "cuda" and not registers:
         registers = "### Registers and spills\n(not known: the build log has no ptxas lines)\n"
+    if registers and "setmaxnreg" in parent.source:  # answerers took ptxas's count for what each warpgroup holds
+        registers += ("(ptxas's registers are each thread's at launch; this kernel's setmaxnreg moves them between its "
+                      "warpgroups at run time, as its source says)\n")
     messages = compiler_messages(log, "kernel" + LANGUAGES[task.language].extension) if with_messages else ""
     return (f"## {label}: kernel #{parent.id}, {fitness}\n```{_fence(task.language)}\n"
             f"{parent.source.rstrip()}\n```\n\n{_knobs(parent)}\n### Its results per scenario\n"
