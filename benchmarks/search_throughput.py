@@ -189,8 +189,8 @@ def machine() -> str:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid", "--format=csv,noheader"], capture_output=True,
                              text=True, check=False).stdout.strip().splitlines()
         # the uuid names the machine: the same benchmark's steady state differs by 30% between H200s
-        gpu = f", {len(out)}x {out[0].split(',')[0]} (uuid {', '.join(line.split(',')[-1].strip()[4:12] for line in out)})" \
-            if out else ""
+        uuids = ", ".join(line.split(",")[-1].strip().removeprefix("GPU-")[:8] for line in out)
+        gpu = f", {len(out)}x {out[0].split(',')[0]} (uuid {uuids})" if out else ""
     return f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu})"
 
 

@@ -243,7 +243,7 @@ def _start_ahead(key: tuple[str, bool, Path], warm: dict | None, slot: Slot, run
 
 
 def prepare_first_worker(request: CheckRequest, start_limit_s: float, devices: bool, task_dir: Path, slot: Slot,
-                 runner: Path | None = None) -> None:
+                         runner: Path | None = None) -> None:
     """Before a slot's first check like `request` on a device: what `run_worker` with `keep_warm` would do then
     (the library's JIT cache warmed, the worker started and prepared), done now, while the first kernels are still
     being compiled elsewhere. Nothing to do when a worker already waits in the slot."""

@@ -310,10 +310,11 @@ def parents_differ(first: Parent, second: Parent) -> str:
     if not diff:
         return text + "The sources are the same.\n"
     if len(diff) > DIFF_LINES_SHOWN:
-        return text + (f"The sources differ in {changed} added or removed lines ({len(diff)} lines of unified diff: too "
-                       "long to show; compare the two kernels above).\n")
-    return text + f"The sources, as a unified diff ({changed} line{'s' * (changed != 1)} added or removed):\n```diff\n" + "\n".join(diff) \
-        + "\n```\n"
+        return text + (f"The sources differ in {changed} added or removed lines ({len(diff)} lines of unified "
+                       "diff: too long to show; compare the two kernels above).\n")
+    plural = "s" * (changed != 1)
+    return (text + f"The sources, as a unified diff ({changed} line{plural} added or removed):\n```diff\n"
+            + "\n".join(diff) + "\n```\n")
 
 
 def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
@@ -322,8 +323,8 @@ def crossover_prompt(first: Parent, second: Parent, question: Question, task: Ta
     compared = parents_compared(first, second, task)
     body = (_kernel_section(first, task, "Kernel A") + "\n" + _kernel_section(second, task, "Kernel B")
             + (f"\n{compared}" if compared else "") + "\n" + parents_differ(first, second)
-            + "".join(f"\n{history}" for history in (_lineage(first, task, "kernel A"), _lineage(second, task, "kernel B"))
-                      if history)
+            + "".join(f"\n{_lineage(parent, task, which)}"
+                      for parent, which in ((first, "kernel A"), (second, "kernel B")) if parent.lineage.strip())
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
     return _frame(question, "crossover", body, task, first.report or second.report, propose_question)
 

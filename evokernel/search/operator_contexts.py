@@ -87,7 +87,8 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
               and o.id not in (kernel_id, *ancestors)]
     if beside:
         shown_beside = _side_steps_shown(beside, {o.id: o for o in outcomes})
-        count = (f"{len(beside)}; the latest {SIDE_STEPS_SHOWN // 2} and the {len(shown_beside) - SIDE_STEPS_SHOWN // 2}"
+        earlier = len(shown_beside) - SIDE_STEPS_SHOWN // 2
+        count = (f"{len(beside)}; the latest {SIDE_STEPS_SHOWN // 2} and the {earlier}"
                  " earlier ones that moved the fitness most are shown" if len(beside) > len(shown_beside)
                  else len(beside))
         lines.append(f"Also tried from the kernels of this line ({count}; latest last):")
