@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evokernel.harness import CheckOptions, check_kernel, check_source, get_task
-from planted import CUDA_CHEATS
+from planted import CUDA, CUDA_CHEATS
 
 pytestmark = pytest.mark.gpu
 
@@ -40,6 +40,37 @@ def test_illegal_address_is_a_rejection():
     assert not report.correct and report.failure.startswith("d64-b2-h4-s256: illegal memory access (during"), \
         report.failure
     assert report.device and "H" in report.device  # the report names the device even for a crash
+
+
+def test_a_workspace_from_the_stream_ordered_allocator_is_allowed():
+    """The contract allows cudaMallocAsync; the runner's filters must not make the allocator fail."""
+    workspace = CUDA.wrap("""
+extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t stream) {
+  void* workspace = nullptr;
+  const size_t bytes = (size_t)p->batch * p->seqlen_q * p->heads_q * sizeof(float) + (64u << 20);
+  if (cudaMallocAsync(&workspace, bytes, stream) != cudaSuccess) return 5;
+  if (cudaMemsetAsync(workspace, 0, bytes, stream) != cudaSuccess) return 6;
+  const int rc = honest_fwd(p, stream);
+  return cudaFreeAsync(workspace, stream) == cudaSuccess ? rc : 7;
+}
+""")
+    report = check_source(workspace(ORIGINAL), TASK, QUICK)
+    assert report.correct, report.failure
+
+
+def test_a_call_the_runtime_refused_is_named_in_the_rejection():
+    """A kernel's own error code says little; the rejection adds the CUDA runtime's last error."""
+    refused = CUDA.wrap("""
+extern "C" int evk_attention_fwd(const evk_attention_params* p, cudaStream_t stream) {
+  void* workspace = nullptr;
+  if (cudaMalloc(&workspace, (size_t)1 << 50) != cudaSuccess) return 9;
+  return honest_fwd(p, stream);
+}
+""")
+    report = check_source(refused(ORIGINAL), TASK, QUICK)
+    assert not report.correct
+    assert "returned error code 9 (the CUDA runtime's last error: cudaErrorMemoryAllocation" in report.failure, \
+        report.failure
 
 
 def test_hanging_kernel_is_killed():

@@ -203,6 +203,23 @@ static void install(struct filter *f, int loaded) {
   }
 }
 
+#ifdef EVK_CUDA
+// The stream-ordered allocator (cudaMallocAsync, which the contract allows) sets its pool up on first use;
+// that happens here, before the filters, and the pool keeps what it has reserved, so that a kernel's workspace
+// does not ask the driver for memory mappings under the filter at every call.
+static cudaError_t warm_pool(cudaStream_t stream) {
+  cudaMemPool_t pool;
+  void *block;
+  uint64_t keep = UINT64_MAX;
+  cudaError_t status = cudaDeviceGetDefaultMemPool(&pool, 0);
+  if (status == cudaSuccess) status = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (status == cudaSuccess) status = cudaMallocAsync(&block, 1 << 20, stream);
+  if (status == cudaSuccess) status = cudaFreeAsync(block, stream);
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  return status;
+}
+#endif
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: evk-runner ARENA_FD ARENA_BYTES\n");
@@ -227,6 +244,7 @@ int main(int argc, char **argv) {
   if (ready == cudaSuccess) ready = cudaFree(0);
   if (ready == cudaSuccess) ready = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (ready == cudaSuccess) ready = cudaMalloc(&scratch, 256);
+  if (ready == cudaSuccess) ready = warm_pool(stream);
   if (ready != cudaSuccess) {
     fprintf(stderr, "evk-runner: CUDA: %s\n", cudaGetErrorString(ready));
     return 73;
@@ -284,9 +302,15 @@ int main(int argc, char **argv) {
         box->rc[i] = offset < bytes ? ENTRY(arena + offset) : -1;
       }
 #ifdef EVK_CUDA
+      int failed = 0;
+      for (uint32_t i = 0; i < count; ++i) failed |= box->rc[i] != 0;
+      const cudaError_t refused = cudaGetLastError();  // what the runtime last refused the kernel, if anything
       const cudaError_t done = cudaDeviceSynchronize();  // every stream of this context, not only its own
       box->status = done;
+      box->error[0] = 0;
       if (done != cudaSuccess) snprintf(box->error, sizeof box->error, "%s", cudaGetErrorString(done));
+      else if (failed && refused != cudaSuccess)  // why a call returned non-zero, where the runtime knows
+        snprintf(box->error, sizeof box->error, "%s: %s", cudaGetErrorName(refused), cudaGetErrorString(refused));
 #endif
     }
     __atomic_store_n(&box->reply, served, __ATOMIC_RELEASE);

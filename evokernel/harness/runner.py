@@ -131,6 +131,7 @@ class Runner:
         self.fields = {name: np.frombuffer(self.arena, dtype, count, offset)
                        for name, (offset, dtype, count) in MAILBOX.items()}
         self.sequence, self.alive, self.started = 0, True, False
+        self.refused = ""  # a CUDA runner's: the runtime's last error after a request whose calls failed
         self.base = 0
         self.next_slot = 0
         self.mapped_to = MAILBOX_BYTES  # the runner has touched the arena up to here (page faults are not timed)
@@ -288,4 +289,6 @@ class Runner:
         if self.cuda and int(self.fields["status"][0]) != 0:
             self.stop()
             raise RunnerGone(f"the kernel failed on the device: {self._error()}")
-        return [int(rc) for rc in self.fields["rc"][:len(structs)]], seconds
+        codes = [int(rc) for rc in self.fields["rc"][:len(structs)]]
+        self.refused = self._error() if self.cuda and any(codes) else ""
+        return codes, seconds

@@ -108,8 +108,10 @@ class Worker:
     def check_output(self, inputs, rc: int, fault: Fault | None = None) -> None:
         """Return code, guard bands, every element written and finite (`fault`: read already, with its request's)."""
         fault = fault or self.backend.faults([inputs])[0]
-        if rc != 0:
-            raise Rejected(f"returned error code {rc}")
+        if rc != 0:  # the candidate's own code; where the CUDA runtime refused it a call, which and why
+            refused = self.candidate.runner.refused
+            raise Rejected(f"returned error code {rc}"
+                           + (f" (the CUDA runtime's last error: {refused})" if refused else ""))
         if broken := fault.broken_guard:
             where = f"output {broken}" if broken in inputs.output_names else f"input {broken}"
             raise Rejected(f"wrote outside its output (the guard band around {where} changed)")

@@ -5,7 +5,9 @@
 # harness, isolation, trusted-timing and warm-worker tests; fa3 = the Hopper seed against cuDNN on `fa3`;
 # throughput = benchmarks/search_throughput.py (screened copies, as in attention_hopper/RESULTS.md); events = the
 # seed and cuDNN timed by CUDA events outside the harness (experiments/attention_hopper/wgmma_bench.py); best = the
-# question-driven search's best child on `fa3`.
+# question-driven search's best child on `fa3`; allocator = the stream-ordered allocator under the runner, in this
+# tree and in a copy whose runner does not set its pool up before the filters; knobs = the recorded knob search
+# (experiments/attention_hopper/config.yaml, 400 s), its evaluations a minute over the whole run and in steady state.
 # Logs under $OUT/<tree name>; the summary is printed last.
 set -u
 TREE=$(readlink -f "${1:-.}")
@@ -67,6 +69,40 @@ if step throughput; then
     > "$LOGS/throughput.log" 2>&1
   echo "throughput rc $?" >> "$SUMMARY"
   grep "^|" "$LOGS/throughput.md" >> "$SUMMARY"
+fi
+if step allocator; then
+  ALLOC="workspace_from_the_stream_ordered_allocator or call_the_runtime_refused"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_harness_cuda.py -k "$ALLOC" > "$LOGS/allocator.log" 2>&1
+  echo "allocator rc $?: $(tail -1 "$LOGS/allocator.log")" >> "$SUMMARY"
+  rm -rf /tmp/unwarmed && mkdir /tmp/unwarmed && tar cf - --exclude=./experiments/attention_hopper/qruns . | tar xf - -C /tmp/unwarmed
+  sed -i '/ready = warm_pool(stream);/d' /tmp/unwarmed/evokernel/harness/runner.c
+  (cd /tmp/unwarmed && PYTHONPATH=/tmp/site:/tmp/unwarmed timeout 150 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_harness_cuda.py -k "$ALLOC" > "$LOGS/allocator_unwarmed.log" 2>&1)
+  echo "allocator without the pool set up first rc $?: $(tail -1 "$LOGS/allocator_unwarmed.log")" >> "$SUMMARY"
+  grep -E "^(FAILED|E  )" "$LOGS/allocator.log" "$LOGS/allocator_unwarmed.log" | cut -c1-300 | head -8 >> "$SUMMARY"
+fi
+if step knobs; then  # as attention_hopper/RESULTS.md's "recorded knob search" (9.8 a minute before the runner)
+  STARTED=$(date +%s.%N)
+  timeout 470 evokernel run experiments/attention_hopper/config.yaml --wall-time 400 --budget 200 \
+    --runs-dir "$LOGS/knob_runs" > "$LOGS/knobs.log" 2>&1
+  echo "knobs rc $?" >> "$SUMMARY"
+  python3 - "$(ls -d "$LOGS"/knob_runs/2* | tail -1)" "$STARTED" "$(date +%s.%N)" >> "$SUMMARY" 2>&1 <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+from search_throughput import steady_state
+from evokernel.store import Store
+run, started, ended = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+with Store(run, readonly=True) as store:
+    rows = [r for r in store.individuals() if r.finished_at]
+    first = min(r.started_at for r in rows if r.started_at)
+children = [r for r in rows if r.operator != "seed"]
+busy, per_minute = steady_state(run, 1)
+print(f"knobs: {len(rows)} evaluations ({len(children)} children) in {ended - started:.0f} s of command "
+      f"({60 * len(rows) / (ended - started):.1f} a minute), {max(r.finished_at for r in rows) - first:.0f} s "
+      f"from the first evaluation's start ({60 * len(rows) / (max(r.finished_at for r in rows) - first):.1f} a "
+      f"minute); children {per_minute:.1f} a minute in steady state, slot busy {busy:.0%}")
+PY
 fi
 date -u +"end %Y-%m-%d %H:%M:%S UTC" >> "$SUMMARY"
 cat "$SUMMARY"
