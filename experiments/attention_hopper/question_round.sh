@@ -2,8 +2,8 @@
 # One round of the question-driven search of the Hopper seed, on the GPU machine (device tool):
 # the first round starts the run (the seed is evaluated, prompts are written); each later round resumes the
 # run carried in experiments/attention_hopper/qruns/ (the answers given in between become children and are
-# evaluated; new prompts are written). What comes back under $OUT: the run directory as run.tar.gz, the
-# run's log, its lineage tree and open prompts.
+# evaluated; new prompts are written). What comes back under $OUT: the run directory as run.tar.xz (a .tar.gz of it,
+# several MB, is more than the device tool returns), the run's log, its lineage tree and open prompts.
 #   device run, carry [".carry"]; the run travels as its archive (tar cJf runs/RUN.tar.xz -C qruns RUN: xz keeps
 #   it under 1 MB, where the prompts' repeated kernels make a copied run folder tens of MB):
 #   mkdir -p /tmp/site && tar xJf .carry/pydeps.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD;
@@ -24,4 +24,5 @@ else
 fi
 evokernel lineage "$RUN" --tree > "$OUT/tree.txt" 2>&1
 evokernel prompts "$RUN" > "$OUT/prompts.txt" 2>&1
-tar czf "$OUT/run.tar.gz" -C "$RUNS" "$(basename "$RUN")"
+rm -f "$RUN/driver.lock"
+tar cJf "$OUT/run.tar.xz" -C "$RUNS" "$(basename "$RUN")"
