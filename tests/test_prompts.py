@@ -16,6 +16,7 @@ from evokernel.harness.build import build
 from evokernel.mutations import Parent
 from evokernel.mutations.build_log import _demangle, compiler_messages, register_summary
 from evokernel.mutations.edits import CHANGE_SHOWN
+from evokernel.mutations.operators.questions import failure_text, parent_of
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
 from evokernel.search.operator_contexts import (CHILDREN_SHOWN, LINEAGE_DEPTH, SIDE_STEPS_SHOWN, lineage_summary,
                                                parent_view)
@@ -374,6 +375,36 @@ def test_crossover_and_repair_prompts_carry_the_same_facts():
     assert "REJECTED: candidate does not compile" in repaired and "kernel.cu(3): error: x" in repaired
     assert "### Compiler messages" not in repaired  # the error holds the log already
     assert "### Registers and spills per kernel function" in repaired
+
+
+def test_a_repair_of_a_kernel_that_built_shows_its_runtime_error_and_its_diff_against_the_parent_that_passed(tmp_path):
+    """Round 11's repair answerers found 4,000 characters of ptxas lines under "The error" of a kernel that had
+    built and then returned an error code, and no diff against the parent for "which change broke it"."""
+    parent_source = GPU_TASK.original.read_text()
+    broken_source = parent_source.replace("const int warp = threadIdx.x / 32", "const int warp = threadIdx.x / 33")
+    assert broken_source != parent_source
+    failing = gpu_report(correct=False, geomean_speedup=None, failure="d64-b8-h32-s2048: returned error code 5",
+                         scenarios=[{"name": "d64-b8-h32-s2048", "correct": False, "error": "returned error code 5"}])
+    error = failure_text(failing)
+    assert error.startswith("d64-b8-h32-s2048: returned error code 5") and "ptxas" not in error
+    compile_error = gpu_report(correct=False, failure="candidate does not compile: kernel.cu(3): error: x")
+    assert "ptxas info" in failure_text(compile_error)  # a compile failure keeps its log
+    with Store(tmp_path / "run", create=True) as store:
+        parent_id = add(store, parent_source, 1.0931, knobs={"STAGES": 2})
+        failing_id = add(store, broken_source, None, parents=[parent_id], operator="question-mutation",
+                         knobs={"STAGES": 3})
+        parent = parent_of(store, failing_id)
+        assert parent_of(store, parent_id) is None and parent_of(None, failing_id) is None
+        assert parent_of(store, 999) is None  # a kernel handed to an operator directly
+    prompt = repair_prompt(Parent(failing_id, broken_source, None, {"STAGES": 3}, report=failing), QUESTION,
+                           GPU_TASK, error, parent)
+    error_section = prompt[prompt.index("### The error"):prompt.index("## How kernel")]
+    assert "ptxas" not in error_section and "returned error code 5" in error_section
+    assert (f"## How kernel #{failing_id} differs from kernel #{parent_id}, its parent (which passed: geomean "
+            "speedup 1.093 over cudnn)") in prompt
+    assert f"Knob values: STAGES #{parent_id} 2, #{failing_id} 3." in prompt
+    assert "-  const int warp = threadIdx.x / 32" in prompt and "+  const int warp = threadIdx.x / 33" in prompt
+    assert prompt.count("### The error") == 1
 
 
 def test_a_crossover_prompt_compares_the_parents_and_says_how_far_the_reference_moved_between_their_checks():

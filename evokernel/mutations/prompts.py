@@ -25,7 +25,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 10  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 11  # part of the replay key: raise it when a template below changes what is asked
 DIFF_LINES_SHOWN = 240  # a crossover's unified diff of its parents, shown whole up to this many lines
 
 WHY_NOW = {
@@ -297,21 +297,25 @@ def parents_compared(first: Parent, second: Parent, task: Task) -> str:
                ": no difference between them was measured.\n"))
 
 
-def parents_differ(first: Parent, second: Parent) -> str:
-    """How kernel B differs from kernel A: the knob values that differ and, where it is short, the unified diff of
-    their sources (answerers diffed two 1,500-line kernels by hand to find that they differed in two knobs)."""
-    diff = list(difflib.unified_diff(first.source.splitlines(), second.source.splitlines(), "kernel A", "kernel B",
-                                     n=2, lineterm=""))
+def parents_differ(first: Parent, second: Parent, a: str = "A", b: str = "B", first_shown: bool = True,
+                   about_first: str = "") -> str:
+    """How kernel `b` differs from kernel `a`: the knob values that differ and, where it is short, the unified diff
+    of their sources (answerers diffed two 1,500-line kernels by hand to find that they differed in two knobs; a
+    repair asking which change broke a kernel had no diff against its parent at all)."""
+    diff = list(difflib.unified_diff(first.source.splitlines(), second.source.splitlines(), f"kernel {a}",
+                                     f"kernel {b}", n=2, lineterm=""))
     changed = sum(1 for line in diff[2:] if line[:1] in "+-")
     names = sorted(set(first.knobs) | set(second.knobs))
-    knobs = [f"{name} A {first.knobs.get(name, '-')}, B {second.knobs.get(name, '-')}" for name in names
+    knobs = [f"{name} {a} {first.knobs.get(name, '-')}, {b} {second.knobs.get(name, '-')}" for name in names
              if first.knobs.get(name) != second.knobs.get(name)]
-    text = "## How kernel B differs from kernel A\n" + (f"Knob values: {'; '.join(knobs)}.\n" if knobs else "")
+    text = (f"## How kernel {b} differs from kernel {a}{about_first}\n"
+            + (f"Knob values: {'; '.join(knobs)}.\n" if knobs else ""))
     if not diff:
         return text + "The sources are the same.\n"
     if len(diff) > DIFF_LINES_SHOWN:
         return text + (f"The sources differ in {changed} added or removed lines ({len(diff)} lines of unified "
-                       "diff: too long to show; compare the two kernels above).\n")
+                       "diff: too long to show" + ("; compare the two kernels above" if first_shown else "")
+                       + ").\n")
     plural = "s" * (changed != 1)
     return (text + f"The sources, as a unified diff ({changed} line{plural} added or removed):\n```diff\n"
             + "\n".join(diff) + "\n```\n")
@@ -329,11 +333,17 @@ def crossover_prompt(first: Parent, second: Parent, question: Question, task: Ta
     return _frame(question, "crossover", body, task, first.report or second.report, propose_question)
 
 
-def repair_prompt(failing: Parent, question: Question, task: Task, error: str) -> str:
-    """A failing kernel, its compiler or verification error, and a question about the cause (the error holds
-    the build log, so the kernel's section leaves out the compiler messages)."""
-    body = (_kernel_section(failing, task, "The failing kernel", with_messages=False)
-            + f"\n### The error\n```\n{error.strip()[-4000:]}\n```\n"
+def repair_prompt(failing: Parent, question: Question, task: Task, error: str, parent: Parent | None = None) -> str:
+    """A failing kernel, its compiler or verification error, how it differs from its own parent (`parent`, where
+    that one passed: the change that broke it is in that diff), and a question about the cause. A compile error
+    holds the build log, so the kernel's section then leaves out the compiler messages."""
+    built = "does not compile" not in ((failing.report or {}).get("failure") or "")
+    differs = ("\n" + parents_differ(parent, failing, f"#{parent.id}", f"#{failing.id}", first_shown=False,
+                                     about_first=f", its parent (which passed: geomean speedup {parent.fitness:.3f} "
+                                                 f"over {_reference(task, failing.report).over})")
+               if parent is not None and parent.fitness is not None else "")
+    body = (_kernel_section(failing, task, "The failing kernel", with_messages=built)
+            + f"\n### The error\n```\n{error.strip()[-4000:]}\n```\n" + differs
             + "\nFix the cause of the error without giving up the kernel's design.\n")
     return _frame(question, "repair", body, task, failing.report, False)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from evokernel.bank import Question, QuestionPolicy, Subject, load_bank, prior_from_runs
 from evokernel.config import RunConfig
+from evokernel.errors import BadInput
 from evokernel.harness import get_task, profile_of
 from evokernel.mutations import Context, Option, Parent, Proposal, ProposalFailed, register, registered_operators
 from evokernel.mutations.edits import parse_answer
@@ -103,11 +104,13 @@ class QuestionCrossover(QuestionOperator):
 
 
 def failure_text(report: dict | None) -> str | None:
-    """The harness's reason for rejecting a kernel, with the build log or failing scenarios; None if it passed."""
+    """The harness's reason for rejecting a kernel, with the build log where it did not compile, and the failing
+    scenarios; None if it passed (a kernel that built and then failed gets no build log here: 4,000 characters
+    of ptxas lines had hidden its one-line runtime error)."""
     if not report or report.get("correct"):
         return None
     parts = [report.get("failure") or "rejected"]
-    if report.get("build_log"):
+    if report.get("build_log") and "does not compile" in parts[0]:
         parts.append(report["build_log"])
     parts += [f"{s['name']}: {s['error']}" for s in report.get("scenarios", []) if s.get("error")]
     return "\n".join(parts)
@@ -124,6 +127,21 @@ def repairs_so_far(store, parent_id: int) -> int:
         depth += 1
         current = individuals.get(current.parent_ids[0])
     return children + depth
+
+
+def parent_of(store, kernel_id: int) -> Parent | None:
+    """The stored first parent of a kernel (its source, fitness and knobs), for the diff a repair prompt shows;
+    None without a store, a stored kernel (a kernel given to an operator directly) or a parent."""
+    if store is None:
+        return None
+    try:
+        kernel = store.individual(kernel_id)
+    except BadInput:
+        return None
+    if not kernel.parent_ids:
+        return None
+    parent = store.individual(kernel.parent_ids[0])
+    return Parent(parent.id, store.source(parent), parent.fitness, dict(parent.knobs or {}))
 
 
 @register(default_weight=0.5)
@@ -143,5 +161,5 @@ class Repair(QuestionOperator):
             raise ProposalFailed(f"repair: {spent} repairs already spent on kernel #{failing.id}'s line "
                                  f"(operators.repair.max_attempts = {allowed})")
         question = self._question("repair", context)
-        prompt = repair_prompt(failing, question, context.task, error)
+        prompt = repair_prompt(failing, question, context.task, error, parent_of(context.store, failing.id))
         return self._answer(prompt, question, "repair", parents[:1], context)
