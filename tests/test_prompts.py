@@ -99,6 +99,9 @@ def test_a_cuda_prompt_names_cudnn_and_gives_rates_and_roofline_fractions_beside
     assert re.search(r"- Limits: compiling 180 s; a call of the kernel is stopped after 50 times", prompt)
     # how a time is taken, as the harness takes it: a request of several calls in the kernel's own process
     assert "This kernel runs in a process of its own" in prompt and "less the round trip of an empty request" in prompt
+    # round-12 answerers could not tell whether the cache was flushed per call or per request, nor what ran between
+    assert "flushed once before each request, not between its calls" in prompt
+    assert "the calls back to back, on one stream, with nothing between them" in prompt
     # the question still opens and closes it; the contract and answer format stay
     assert prompt.startswith(f"# Question\n{QUESTION.text}\n") and f"# The question again\n{QUESTION.text}" in prompt
     assert "int evk_attention_fwd(" in prompt and "<<<<<<< SEARCH" in prompt
@@ -150,6 +153,16 @@ def test_a_log_cut_as_plain_text_is_cut_between_lines():
     trimmed = _trim("\n".join(lines))
     assert TRIMMED in trimmed and len(trimmed) <= LOG_LIMIT + len(TRIMMED) + 2
     assert all(line in lines for line in trimmed.splitlines() if line != TRIMMED)
+
+
+def test_the_rest_of_a_line_an_earlier_plain_cut_split_is_not_shown_as_a_compiler_message():
+    """Kernels stored before the cut kept whole lines (#77 of the recorded run) still showed "ime = 734.580 ms" as
+    their compiler messages to round-12 answerers; a whole line after the cut is kept."""
+    old = PTXAS_LOG + "ptxas info    : Compile t\n... [trimmed] ...\nime = 734.580 ms\nkernel.cu(9): warning: x unused\n"
+    messages = compiler_messages(old, "kernel.cu")
+    assert "ime = 734.580" not in messages and "warning: x unused" in messages
+    whole = PTXAS_LOG + "... [trimmed] ...\nkernel.cu(8): warning: y unused\n"
+    assert "warning: y unused" in compiler_messages(whole, "kernel.cu")
 
 
 def test_a_long_log_says_functions_are_missing_and_messages_are_capped():

@@ -18,6 +18,9 @@ _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (
 _PTXAS_USED = re.compile(r"ptxas info\s*: Used (\d+) registers")
 _PTXAS_ROUTINE = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for|Used \d+ registers"
                             r"|Compile time|\d+ bytes gmem)|^\s*\d+ bytes stack frame")
+# How a whole line of a build log starts; the line right after a plain cut that does not start so is the rest of a
+# line that a cut of an earlier harness split (its logs are stored so: "ime = 734.580 ms").
+_LINE_START = re.compile(r"^(ptxas|nvcc|\s|In file|\S+\(\d+\)|\S+:\d+|\S+\.(cu|c|h|cuh|cpp):|warning|error|note)")
 _MANGLED = re.compile(r"_Z\w+")
 _LITERAL = re.compile(r"L([bcahstijlmxy])(n?)(\d+)E")
 _SOURCE_NAME = re.compile(r"(\d+)")
@@ -98,8 +101,11 @@ def register_summary(log: str) -> str:
 
 def compiler_messages(log: str, source_name: str) -> str:
     """The build log's warnings and notes (not ptxas's routine lines), capped, kernel names demangled."""
-    lines = [line for line in (show_source_paths(log, source_name) or "").splitlines()
-             if line.strip() and line.strip() not in (TRIMMED, MESSAGES_TRIMMED) and not _PTXAS_ROUTINE.search(line)]
+    all_lines = (show_source_paths(log, source_name) or "").splitlines()
+    fragments = {n + 1 for n, line in enumerate(all_lines[:-1])
+                 if line.strip() == TRIMMED and not _LINE_START.match(all_lines[n + 1])}
+    lines = [line for n, line in enumerate(all_lines) if line.strip() and n not in fragments
+             and line.strip() not in (TRIMMED, MESSAGES_TRIMMED) and not _PTXAS_ROUTINE.search(line)]
     if not lines:
         return ""
     shown = [_MANGLED.sub(lambda m: _demangle(m[0]), line)[:MESSAGE_WIDTH] for line in lines[:MESSAGE_LINES]]
