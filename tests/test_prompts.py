@@ -158,7 +158,8 @@ def test_a_log_cut_as_plain_text_is_cut_between_lines():
 def test_the_rest_of_a_line_an_earlier_plain_cut_split_is_not_shown_as_a_compiler_message():
     """Kernels stored before the cut kept whole lines (#77 of the recorded run) still showed "ime = 734.580 ms" as
     their compiler messages to round-12 answerers; a whole line after the cut is kept."""
-    old = PTXAS_LOG + "ptxas info    : Compile t\n... [trimmed] ...\nime = 734.580 ms\nkernel.cu(9): warning: x unused\n"
+    old = (PTXAS_LOG + "ptxas info    : Compile t\n... [trimmed] ...\nime = 734.580 ms\n"
+           "kernel.cu(9): warning: x unused\n")
     messages = compiler_messages(old, "kernel.cu")
     assert "ime = 734.580" not in messages and "warning: x unused" in messages
     whole = PTXAS_LOG + "... [trimmed] ...\nkernel.cu(8): warning: y unused\n"
