@@ -206,7 +206,8 @@ static void install(struct filter *f, int loaded) {
 #ifdef EVK_CUDA
 // The stream-ordered allocator (cudaMallocAsync, which the contract allows) sets its pool up on first use;
 // that happens here, before the filters, and the pool keeps what it has reserved, so that a kernel's workspace
-// does not ask the driver for memory mappings under the filter at every call.
+// does not ask the driver for memory mappings under the filter at every call. A device without pools runs on: a
+// kernel's own cudaMallocAsync then fails, and its rejection names the runtime's error.
 static cudaError_t warm_pool(cudaStream_t stream) {
   cudaMemPool_t pool;
   void *block;
@@ -244,7 +245,7 @@ int main(int argc, char **argv) {
   if (ready == cudaSuccess) ready = cudaFree(0);
   if (ready == cudaSuccess) ready = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (ready == cudaSuccess) ready = cudaMalloc(&scratch, 256);
-  if (ready == cudaSuccess) ready = warm_pool(stream);
+  if (ready == cudaSuccess && warm_pool(stream) != cudaSuccess) cudaGetLastError();  // (no pool: kernels are told)
   if (ready != cudaSuccess) {
     fprintf(stderr, "evk-runner: CUDA: %s\n", cudaGetErrorString(ready));
     return 73;
