@@ -253,6 +253,24 @@ def add(store: Store, source: str, fitness: float | None, parents: list[int] | N
     return kernel_id
 
 
+def test_a_step_of_the_history_gives_its_gain_in_each_scenario(tmp_path):
+    """Answerers of "which scenario gains least" and of crossovers had only geomeans for earlier tries."""
+    def report(first: float, second: float) -> dict:
+        scenarios = cpu_report()["scenarios"][0]
+        return cpu_report(scenarios=[{**scenarios, "name": "d32-b1-h2-s48", "speedup": first},
+                                     {**scenarios, "name": "d64-b1-h2-s48", "speedup": second}])
+
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        child = add(store, "int b;", 1.0247, [seed], "question-mutation", "barrier-waits")
+        store.update_individual(seed, report=report(1.0, 1.0))
+        store.update_individual(child, report=report(1.1, 0.95))
+        view = parent_view(store, store.individual(child), "int b;")
+        prompt = mutation_prompt(view, QUESTION, "default", CPU_TASK)
+    assert view.lineage.splitlines()[1].endswith(": 1.000 -> 1.025 (+2.5%; per scenario +10.0 -5.0)")
+    assert "\"per scenario\": a step's gain in each scenario, in %, in the order of the results table" in prompt
+
+
 def test_the_gain_history_gives_each_steps_operator_question_knobs_and_fitness(tmp_path):
     with Store(tmp_path / "run", create=True) as store:
         seed = add(store, "int a;", 1.0, knobs={"BLOCK_Q": "4", "BLOCK_K": "8"})

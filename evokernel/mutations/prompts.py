@@ -246,8 +246,10 @@ def _lineage(parent: Parent, task: Task, which: str) -> str:
     """How `which` kernel came about and what was tried from it: the answerer sees which ideas its line already
     tried and how they did (in a crossover, for both parents: ideas that lost came back otherwise)."""
     over = _reference(task, parent.report).over
-    return (f"## How {which} came about, and what was tried from it (fitness: geomean speedup over {over})\n"
-            f"{parent.lineage.strip()}\n") if parent.lineage.strip() else ""
+    per_scenario = ("; \"per scenario\": a step's gain in each scenario, in %, in the order of the results table"
+                    if "; per scenario " in parent.lineage else "")
+    return (f"## How {which} came about, and what was tried from it (fitness: geomean speedup over {over}"
+            f"{per_scenario})\n{parent.lineage.strip()}\n") if parent.lineage.strip() else ""
 
 
 def mutation_prompt(parent: Parent, question: Question, trigger: str, task: Task,

@@ -145,10 +145,20 @@ def _step(store: Store, child: Individual, parent: Individual, texts: dict[str, 
              + ")") if changed else ""
     outcome = f"{_fitness(parent)} -> {_fitness(child)}"
     if child.status == "correct" and parent.status == "correct" and child.fitness and parent.fitness:
-        outcome += f" ({100 * (child.fitness / parent.fitness - 1):+.1f}%)"
+        outcome += f" ({100 * (child.fitness / parent.fitness - 1):+.1f}%{_per_scenario(child, parent)})"
     change = stated_change(store.llm_response(child.llm_call_id)) if child.llm_call_id else None
     return (f"#{child.id} from #{parent.id}{others} by {child.operator}{question}{knobs}: {outcome}"
             + (f"; change: {change}" if change else ""))
+
+
+def _per_scenario(child: Individual, parent: Individual) -> str:
+    """A step's gain in each scenario, in the order of the results table (each kernel's speedup over its own
+    check's reference times): answerers could not tell which scenarios an earlier try had helped or hurt."""
+    theirs = {s["name"]: s.get("speedup") for s in (parent.report or {}).get("scenarios", [])}
+    mine = [(s.get("speedup"), theirs.get(s["name"])) for s in (child.report or {}).get("scenarios", [])]
+    if len(mine) < 2 or not all(a and b for a, b in mine):
+        return ""
+    return "; per scenario " + " ".join(f"{100 * (a / b - 1):+.1f}" for a, b in mine)
 
 
 @lru_cache(maxsize=None)
