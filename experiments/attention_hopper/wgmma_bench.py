@@ -21,7 +21,6 @@ import argparse
 import ctypes
 import hashlib
 import math
-import os
 import re
 import statistics
 import subprocess
