@@ -15,12 +15,12 @@ from evokernel.output import print_table, scenario_table, within_noise
 def print_check_report(report) -> None:
     from rich.markup import escape
 
-    from evokernel.harness import SpeedReference
+    from evokernel.harness import SpeedReference, did_not_compile
     from evokernel.harness.build import first_error_lines
 
     if not report.scenarios:  # rejected before running (static guard, compiler): only the reason
         console.print(f"[bold red]rejected[/]: {escape(report.failure or 'no scenario ran')}", soft_wrap=True)
-        errors = first_error_lines(report.build_log or "") if "does not compile" in (report.failure or "") else []
+        errors = first_error_lines(report.build_log or "") if did_not_compile(report.failure) else []
         for line in errors:
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"[dim]{report.isolation}[/]" if report.isolation and "NOT" not in report.isolation

@@ -14,7 +14,7 @@ from evokernel.harness.build import BuildResult, build, cache_home, show_source_
 from evokernel.harness.judge import judge
 from evokernel.harness.profiles import profile_of
 from evokernel.harness.protocol import CheckRequest
-from evokernel.harness.report import CheckReport, whole_phases_seconds
+from evokernel.harness.report import NOT_COMPILED, CheckReport, whole_phases_seconds
 from evokernel.harness.runner import build_runner
 from evokernel.harness.sandbox import isolation
 from evokernel.harness.slot import Slot
@@ -61,7 +61,7 @@ def build_checked(source: str, task: Task, label: str) -> tuple[BuildResult | No
     result = build(source, task.language, task.header)
     if not result.ok:
         first = next((line for line in result.log.splitlines() if "error" in line.lower()), result.log[:200])
-        return result, f"{label} does not compile: {first.strip()}"
+        return result, f"{label} {NOT_COMPILED}: {first.strip()}"
     if result.library:  # C and CUDA objects alike: their own imports
         reason = object_imports.check_shared_object(result.library, task.language)
         if reason:

@@ -10,6 +10,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCENARIO_NAME = re.compile(r"[\w.]+(-[\w.]+)+")  # d64-b1-h2-s33, fa3-2k: words joined by hyphens
+NOT_COMPILED = "does not compile"  # in the reason of a kernel the compiler refused (its build log says why)
+
+
+def did_not_compile(failure: str | None) -> bool:
+    """Whether a rejection's reason is the compiler's: only then does the build log hold the error."""
+    return NOT_COMPILED in (failure or "")
 
 
 def rejection_kind(failure: str | None, scenario_names: Collection[str] = ()) -> str:
@@ -20,7 +26,7 @@ def rejection_kind(failure: str | None, scenario_names: Collection[str] = ()) ->
     prefix, colon, rest = text.partition(": ")
     if colon and (prefix in scenario_names or SCENARIO_NAME.fullmatch(prefix)):
         text = rest
-    if "does not compile" in text:
+    if did_not_compile(text):
         return text.split(":", 1)[0]
     text = re.split(r" during | after ", text, maxsplit=1)[0]
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)

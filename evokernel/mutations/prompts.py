@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evokernel.bank import Question
 from evokernel.bank.proposed_questions import PROPOSAL_FORMAT
-from evokernel.harness import LANGUAGES, CheckOptions, SpeedReference, Task, profile_of
+from evokernel.harness import LANGUAGES, CheckOptions, SpeedReference, Task, did_not_compile, profile_of
 from evokernel.harness.guard import ALLOWED_INCLUDES, FORBIDDEN_CALLS
 from evokernel.harness.object_imports import ALLOWED_CALLS, ALLOWED_CALLS_NOTE
 from evokernel.harness.worker import LIMIT_FACTOR
@@ -341,7 +341,7 @@ def repair_prompt(failing: Parent, question: Question, task: Task, error: str, p
     """A failing kernel, its compiler or verification error, how it differs from its own parent (`parent`, where
     that one passed: the change that broke it is in that diff), and a question about the cause. A compile error
     holds the build log, so the kernel's section then leaves out the compiler messages."""
-    built = "does not compile" not in ((failing.report or {}).get("failure") or "")
+    built = not did_not_compile((failing.report or {}).get("failure"))
     differs = ("\n" + parents_differ(parent, failing, f"#{parent.id}", f"#{failing.id}", first_shown=False,
                                      about_first=f", its parent (which passed: geomean speedup {parent.fitness:.3f} "
                                                  f"over {_reference(task, failing.report).over})")

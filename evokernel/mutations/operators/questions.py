@@ -16,7 +16,7 @@ from pathlib import Path
 from evokernel.bank import Question, QuestionPolicy, Subject, load_bank, prior_from_runs
 from evokernel.config import RunConfig
 from evokernel.errors import BadInput
-from evokernel.harness import get_task, profile_of
+from evokernel.harness import did_not_compile, get_task, profile_of
 from evokernel.mutations import Context, Option, Parent, Proposal, ProposalFailed, register, registered_operators
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import LLMClient
@@ -110,7 +110,7 @@ def failure_text(report: dict | None) -> str | None:
     if not report or report.get("correct"):
         return None
     parts = [report.get("failure") or "rejected"]
-    if report.get("build_log") and "does not compile" in parts[0]:
+    if report.get("build_log") and did_not_compile(parts[0]):
         parts.append(report["build_log"])
     parts += [f"{s['name']}: {s['error']}" for s in report.get("scenarios", []) if s.get("error")]
     return "\n".join(parts)
