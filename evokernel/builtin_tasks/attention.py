@@ -59,15 +59,16 @@ class Scenario:
 
 def attention_rows(q_rows: np.ndarray, k: np.ndarray, v: np.ndarray, rows: list[int], scenario: Scenario,
                    scale: float) -> np.ndarray:
-    """float64 attention for query rows `rows` of one head: q_rows [R, D], k and v [Sk, D]."""
-    scores = (q_rows.astype(np.float64) @ k.astype(np.float64).T) * scale
+    """float64 attention for query rows `rows` of one head: q_rows [R, D], k and v [Sk, D] (not copied when
+    float64 already: a d256 head is 4 MB, copied twice a sampled check)."""
+    scores = (np.asarray(q_rows, dtype=np.float64) @ np.asarray(k, dtype=np.float64).T) * scale
     if scenario.causal:
         limit = np.asarray(rows)[:, None] + (scenario.seqlen_k - scenario.seqlen_q)
         scores = np.where(np.arange(scenario.seqlen_k)[None, :] <= limit, scores, -np.inf)
     peak = scores.max(axis=1, keepdims=True)
     weights = np.exp(scores - np.where(np.isfinite(peak), peak, 0))
     total = weights.sum(axis=1, keepdims=True)
-    return np.where(total > 0, (weights @ v.astype(np.float64)) / np.where(total > 0, total, 1), 0)
+    return np.where(total > 0, (weights @ np.asarray(v, dtype=np.float64)) / np.where(total > 0, total, 1), 0)
 
 
 class AttentionTask(Task):

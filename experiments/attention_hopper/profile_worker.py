@@ -4,6 +4,9 @@ sandbox: the profile is written to a host path), then the functions by own time 
 
     EVOKERNEL_ISOLATION=none python experiments/attention_hopper/profile_worker.py \
         --kernel evokernel/builtin_tasks/attention_fwd/seeds/attention_fa2.cu --scenarios fa3-2k --speed-reference cudnn
+
+`--screened` profiles a check as a search screens a child: an unprofiled interleaved check first (the speed
+reference's times), then the profiled one timing the candidate alone against them, in the same slot.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from evokernel.harness import CheckOptions, check_source, get_task, supervisor
+from evokernel.harness.slot import Slot
 
 
 def main() -> None:
@@ -25,6 +29,7 @@ def main() -> None:
     parser.add_argument("--scenarios", default="fa3-2k")
     parser.add_argument("--speed-reference", default="original")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--screened", action="store_true", help="profile a screened check (as a search's child)")
     args = parser.parse_args()
     if os.environ.get("EVOKERNEL_ISOLATION") != "none":
         raise SystemExit("set EVOKERNEL_ISOLATION=none: the profile is written outside the sandbox")
@@ -38,8 +43,15 @@ def main() -> None:
 
     end = supervisor._end  # a worker that reported everything is killed at once: let it exit and write its profile
     supervisor.subprocess.Popen, supervisor._end = profiled, lambda proc, reported: end(proc, False)
-    report = check_source(args.kernel.read_text(), get_task(args.task),
-                          CheckOptions(scenario_set=args.scenarios, speed_reference=args.speed_reference))
+    task, slot = get_task(args.task), Slot()
+    options = CheckOptions(scenario_set=args.scenarios, speed_reference=args.speed_reference,
+                           reference_reuse_s=3600.0 if args.screened else None)
+    if args.screened:  # the speed reference's times to screen against, unprofiled
+        supervisor.subprocess.Popen = popen
+        check_source(args.kernel.read_text(), task, options, slot=slot)
+        supervisor.subprocess.Popen = profiled
+    report = check_source(args.kernel.read_text(), task, options, slot=slot)
+    slot.close()
     supervisor.subprocess.Popen, supervisor._end = popen, end
     print(f"correct={report.correct} geomean={report.geomean_speedup} phases={report.phase_seconds}")
     if not profile.is_file():

@@ -280,17 +280,31 @@ class Backend:
 
     def faults(self, calls: list[Inputs]) -> list[Fault]:
         """Each call's guard bands and outputs, as `Fault`s, read back from the device at once (a timed request's
-        calls: one wait for the device instead of two a call)."""
-        counts = []
-        for inputs in calls:
-            counts += [(torch.cat([b[:GUARD_ELEMENTS], b[-GUARD_ELEMENTS:]]) != canary(b)).sum()
-                       for b in inputs.guarded.values()]
-            counts += [inputs.arrays[name].numel() - torch.isfinite(inputs.arrays[name]).sum()
-                       for name in inputs.output_names]
-        read, faults = iter(torch.stack(counts).tolist()), []
-        for inputs in calls:
-            broken = [name for name in inputs.guarded if next(read)]
-            faults.append(Fault(broken[0] if broken else None, {name: next(read) for name in inputs.output_names}))
+        calls: one wait for the device instead of two a call). A handful of device operations a request, not a
+        few per buffer (a request of four attention calls took 1.5 ms of launches): the guard bands of one element
+        type are compared in one operation, and each output is summed in float32, since a sum is finite only if
+        every element is (NaN and Inf survive addition); the non-finite elements are counted only in an output
+        whose sum is not (a failing call's, or one whose sum overflowed)."""
+        guarded = [(number, name, buffer) for number, inputs in enumerate(calls) for name, buffer in inputs.guarded.items()]
+        by_type: dict[torch.dtype, list] = {}
+        for entry in guarded:
+            by_type.setdefault(entry[2].dtype, []).append(entry)
+        changed = []
+        for entries in by_type.values():
+            bands = torch.cat([band for *_, b in entries for band in (b[:GUARD_ELEMENTS], b[-GUARD_ELEMENTS:])])
+            changed.append((bands.view(len(entries), -1) != canary(entries[0][2])).any(dim=1).float())
+        outputs = [(number, name, inputs.arrays[name]) for number, inputs in enumerate(calls)
+                   for name in inputs.output_names]
+        sums = [array.sum(dtype=torch.float32).reshape(1) for *_, array in outputs]
+        read = torch.cat(changed + sums).tolist()
+        broken = {(number, name) for (number, name, _), flag in
+                  zip((e for entries in by_type.values() for e in entries), read) if flag}
+        nonfinite = {(number, name): 0 if np.isfinite(total) else self.count_nonfinite(array)
+                     for (number, name, array), total in zip(outputs, read[len(guarded):])}
+        faults = []
+        for number, inputs in enumerate(calls):
+            first_broken = next((name for name in inputs.guarded if (number, name) in broken), None)
+            faults.append(Fault(first_broken, {name: nonfinite[number, name] for name in inputs.output_names}))
         return faults
 
     def snapshot(self, inputs: Inputs) -> dict:
