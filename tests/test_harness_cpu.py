@@ -183,6 +183,29 @@ def test_a_screened_candidate_near_the_best_is_timed_interleaved():
         slot.close()
 
 
+def test_a_screened_check_never_runs_the_original(tmp_path):
+    """A screened child's limits come from the reused reference times, and comparing its outputs with the
+    original's could reject nothing: the original is neither loaded nor run. Shown with a task whose original
+    crashes once the reference times are taken: the screened check passes, an interleaved one does not."""
+    from evokernel.harness import Slot
+
+    task_dir = tmp_path / "rmsnorm_crashing_original"
+    shutil.copytree("examples/tasks/rmsnorm_cpu", task_dir)
+    kernel = (task_dir / "original.c").read_text()
+    task, slot = get_task(str(task_dir)), Slot()
+    try:
+        options = CheckOptions(scenario_set="quick", rounds=5, reference_reuse_s=600, confirm_above=100.0)
+        assert check_source(kernel, task, options, slot=slot).correct
+        (task_dir / "original.c").write_text(kernel.replace("  const int rows = p->rows",
+                                                            "  *(volatile int*)0 = 1;\n  const int rows = p->rows"))
+        screened = check_source(kernel, task, options, slot=slot)
+        assert screened.correct and screened.reference_reused, screened.failure
+        interleaved = check_source(kernel, task, dataclasses.replace(options, reference_reuse_s=None), slot=slot)
+        assert not interleaved.correct and "crashed" in interleaved.failure, interleaved.failure
+    finally:
+        slot.close()
+
+
 def test_a_librarys_slow_first_call_on_a_shape_is_not_taken_for_a_hang(tmp_path, monkeypatch):
     """A library baseline builds plans or compiles (torch.compile: seconds) at its first call on a shape: that
     warm-up has time of its own, beyond the step limit that catches a hanging kernel."""

@@ -7,7 +7,8 @@
 # seed and cuDNN timed by CUDA events outside the harness (experiments/attention_hopper/wgmma_bench.py); best = the
 # question-driven search's best child on `fa3`; allocator = the stream-ordered allocator under the runner, in this
 # tree and in a copy whose runner does not set its pool up before the filters; knobs = the recorded knob search
-# (experiments/attention_hopper/config.yaml, 400 s), its evaluations a minute over the whole run and in steady state.
+# (experiments/attention_hopper/config.yaml, 400 s), its evaluations a minute over the whole run and in steady state;
+# warm = both seeds built and checked against cuDNN first (before knobs: the earlier run's builds were cached).
 # Logs under $OUT/<tree name>; the summary is printed last.
 set -u
 TREE=$(readlink -f "${1:-.}")
@@ -80,6 +81,13 @@ if step allocator; then
     tests/test_harness_cuda.py -k "$ALLOC" > "$LOGS/allocator_unwarmed.log" 2>&1)
   echo "allocator without the pool set up first rc $?: $(tail -1 "$LOGS/allocator_unwarmed.log")" >> "$SUMMARY"
   grep -E "^(FAILED|E  )" "$LOGS/allocator.log" "$LOGS/allocator_unwarmed.log" | cut -c1-300 | head -8 >> "$SUMMARY"
+fi
+if step warm; then  # the seeds built and checked against cuDNN once: the earlier run's conditions (its builds cached)
+  for SEED in attention_fa2 attention_hopper; do
+    timeout 120 evokernel check $SEEDS/$SEED.cu --task attention-fwd --scenarios fa3-2k --original cudnn \
+      > "$LOGS/warm_$SEED.log" 2>&1
+    echo "warm $SEED rc $?: $(grep -i 'geomean' "$LOGS/warm_$SEED.log" | tail -1)" >> "$SUMMARY"
+  done
 fi
 if step knobs; then  # as attention_hopper/RESULTS.md's "recorded knob search" (9.8 a minute before the runner)
   STARTED=$(date +%s.%N)
