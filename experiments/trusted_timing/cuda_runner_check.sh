@@ -84,7 +84,7 @@ if step allocator; then
 fi
 if step warm; then  # the seeds built and checked against cuDNN once: the earlier run's conditions (its builds cached)
   for SEED in attention_fa2 attention_hopper; do
-    timeout 120 evokernel check $SEEDS/$SEED.cu --task attention-fwd --scenarios fa3-2k --original cudnn \
+    timeout 75 evokernel check $SEEDS/$SEED.cu --task attention-fwd --scenarios fa3-2k --original cudnn \
       > "$LOGS/warm_$SEED.log" 2>&1
     echo "warm $SEED rc $?: $(grep -i 'geomean' "$LOGS/warm_$SEED.log" | tail -1)" >> "$SUMMARY"
   done
