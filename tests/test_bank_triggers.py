@@ -78,6 +78,25 @@ def test_policy_prefers_questions_that_paid_and_honours_the_trigger(tmp_path):
     assert live_picks.most_common(1)[0][0] == "barrier-waits"
 
 
+def test_answers_that_changed_nothing_count_against_their_question(tmp_path):
+    """An answer that gave no kernel (`Change: none`, a known kernel again) is a try that did not pay: the policy
+    counts it as `bank stats` does (wins and losses), so a question whose answers change nothing is drawn less.
+    Calls without an answer (an error, a prompt still open) count for neither."""
+    from evokernel.bank.payoffs import outcome_counts
+    from evokernel.store import LLMCall
+
+    run = make_run(tmp_path / "run", [("barrier-waits", 1.3), ("between-tiles", 1.3)])
+    with Store(run) as store:
+        for _ in range(6):
+            store.add_llm_call(LLMCall(model="files", prompt="p", response="Change: none.", question_id="between-tiles"))
+        store.add_llm_call(LLMCall(model="files", prompt="p", error="waits", question_id="barrier-waits"))
+        assert outcome_counts(store) == {"barrier-waits": (1, 1), "between-tiles": (7, 1)}
+        assert QuestionPolicy(load_bank()).beliefs(store) == {"barrier-waits": (1, 0), "between-tiles": (1, 6)}
+    stats = questions_over_runs([run]).set_index("question_id")
+    assert stats.loc["between-tiles", ["asked", "better"]].tolist() == [7, 1]
+    assert stats.loc["barrier-waits", ["asked", "better"]].tolist() == [1, 1]
+
+
 def test_bank_stats_over_runs(tmp_path):
     first = make_run(tmp_path / "a", [("barrier-waits", 1.2), ("barrier-waits", None), ("between-tiles", 0.9),
                                       ("barrier-waits", 1.25)])

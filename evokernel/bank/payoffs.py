@@ -31,11 +31,12 @@ def configured_question_texts(run_dirs: list[Path]) -> dict[str, str]:
 
 
 def outcome_counts(store: Store) -> dict[str, tuple[int, int]]:
-    """Per question in one run's store: (evaluated children, children that beat their best parent).
-    Pending children are not counted yet."""
+    """Per question in one run's store: (times asked, children that beat their best parent). Asked: evaluated
+    children, and answers that gave no kernel (`Change: none`, a known kernel again): a question whose answers
+    change nothing loses, as `bank stats` counts it. Pending children are not counted yet."""
     outcomes = store.outcomes()
     fitness = {outcome.id: outcome.fitness for outcome in outcomes}
-    counts: dict[str, list[int]] = {}
+    counts: dict[str, list[int]] = {q: [n, 0] for q, n in store.childless_answers().items()}
     for child in outcomes:
         if not child.question_id or child.status not in ("correct", "rejected"):
             continue

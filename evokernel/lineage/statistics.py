@@ -60,11 +60,9 @@ def _question_rows(run: Lineage) -> dict[str, dict]:
     def entry(qid: str) -> dict:
         return stats.setdefault(qid, {"question_id": qid, "asked": 0, "correct": 0, "improved": 0, "gains": []})
 
-    used_calls = set()
     for ind in run.individuals.values():
         if not ind.question_id:
             continue
-        used_calls.add(ind.llm_call_id)
         row = entry(ind.question_id)
         row["asked"] += 1
         row["correct"] += ind.status == "correct"
@@ -72,9 +70,8 @@ def _question_rows(run: Lineage) -> dict[str, dict]:
         if gain is not None:
             row["gains"].append(gain)
             row["improved"] += gain > 1
-    for call in run.store.llm_calls():
-        if call["question_id"] and call["id"] not in used_calls and call["response"] is not None:
-            entry(call["question_id"])["asked"] += 1
+    for question_id, count in run.store.childless_answers().items():
+        entry(question_id)["asked"] += count
     return stats
 
 

@@ -188,6 +188,14 @@ class Store:
         row = self.db.execute("SELECT response FROM llm_calls WHERE id = ?", (call_id,)).fetchone()
         return row[0] if row else None
 
+    def childless_answers(self) -> dict[str, int]:
+        """Per question: answers that gave no kernel (the parent kept, a known kernel again, or nothing usable).
+        Calls without an answer (an error, a prompt still open) are not among them."""
+        rows = self.db.execute(
+            "SELECT question_id, COUNT(*) FROM llm_calls c WHERE question_id IS NOT NULL AND response IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM individuals i WHERE i.llm_call_id = c.id) GROUP BY question_id")
+        return {question_id: count for question_id, count in rows}
+
     def llm_call(self, call_id: int) -> dict | None:
         row = self.db.execute("SELECT * FROM llm_calls WHERE id = ?", (call_id,)).fetchone()
         return dict(row) if row else None
