@@ -114,3 +114,33 @@ def test_the_launch_spin_grows_on_a_late_launch_and_comes_back_down():
     while slack.cycles < MAX_LAUNCH_SLACK_CYCLES:
         assert not slack.taken(False)
     assert slack.taken(False)  # at the cap a late sample stands: the call is timed, not retried forever
+
+
+def test_a_requests_fault_read_names_the_first_broken_guard_and_counts_what_is_not_finite():
+    """The fault read compares every guard band of one element type at once and sums each output: a call whose
+    output has NaN or Inf gets its exact count, one whose finite values overflow the sum gets 0, and a changed
+    band is named by the first guarded tensor it belongs to (torch on the CPU: the same operations as on a GPU)."""
+    from evokernel.harness.backends import CANARY, GUARD_ELEMENTS, Inputs
+    from evokernel.harness.backends.cuda import Backend
+    from evokernel.harness.task import Tensor
+
+    def call(n: int = 1000) -> Inputs:
+        arguments = [Tensor("x", (n,)), Tensor("index", (n,)), Tensor("out", (n,), output=True)]
+        guarded = {"x": torch.full((n + 2 * GUARD_ELEMENTS,), CANARY, dtype=torch.bfloat16),
+                   "index": torch.full((n + 2 * GUARD_ELEMENTS,), int(CANARY), dtype=torch.int32),
+                   "out": torch.full((n + 2 * GUARD_ELEMENTS,), CANARY, dtype=torch.bfloat16)}
+        arrays = {name: buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + n] for name, buffer in guarded.items()}
+        arrays["out"].fill_(1.0)
+        return Inputs(None, arguments, arrays, guarded)
+
+    backend = Backend.__new__(Backend)  # no device: the fault read needs none
+    calls = [call() for _ in range(4)]
+    assert [(f.broken_guard, f.nonfinite) for f in backend.faults(calls)] == [(None, {"out": 0})] * 4
+    calls[0].arrays["out"][:] = 3e38  # finite, but their float32 sum is not
+    calls[1].guarded["index"][3] = 7
+    calls[1].guarded["out"][-2] = 0
+    calls[2].arrays["out"][5:9] = float("nan")
+    calls[2].arrays["out"][0] = float("-inf")
+    calls[3].guarded["x"][-1] = 0
+    assert [(f.broken_guard, f.nonfinite) for f in backend.faults(calls)] == [
+        (None, {"out": 0}), ("index", {"out": 0}), (None, {"out": 5}), ("x", {"out": 0})]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 
@@ -24,6 +25,19 @@ MAX_BATCH = 256  # calls in one timed request (runner.c's MAX_CALLS)
 
 class Rejected(Exception):
     """The candidate failed a check; the message says which."""
+
+
+class Channel:
+    """The worker's end of the harness channel: one JSON line a message, to the parent."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_inheritable(fd, False)  # never handed on to a runner: only the worker writes the channel
+
+    def send(self, kind: str, **data) -> None:
+        line = (json.dumps({"type": kind, **data}) + "\n").encode()
+        while line:
+            line = line[os.write(self.fd, line):]
 
 
 @dataclass

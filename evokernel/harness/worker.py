@@ -4,7 +4,8 @@ Started by `supervisor.run_worker` inside the sandbox (how it starts: `worker_st
 stdin; every step, verdict and timed call goes to the parent as one JSON line on the harness channel as it
 happens. Every built kernel runs in a runner process (`runner.py`) and this process never loads candidate
 code; the parent still re-checks what it can (sampled outputs recomputed from the seeds, times derived from
-the individual calls; see `judge.py`). Nothing is written to or read from the scratch directory.
+the individual calls; see `judge.py`). Nothing is written to or read from the scratch directory. Its messages
+go out through `protocol.Channel`.
 
 Timing protocol: before every timed call, new input values (the scenario's inputs rolled, as flat arrays or along
 an axis, by offsets never used before in this scenario) and NaN-poisoned outputs; after it, the guard bands and every output
@@ -14,9 +15,7 @@ cannot predict, against a float64 reference.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
 import signal
 import sys
@@ -32,8 +31,8 @@ import numpy as np
 from evokernel.harness import values
 from evokernel.harness.backends import Fault, single_call_ms
 from evokernel.harness.languages import LANGUAGES
-from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, CheckRequest, Rejected, must_confirm,
-                                        net_ms, timing_call)
+from evokernel.harness.protocol import (FULL_CHECKS_PER_SCENARIO, PHASE_CALLS, Channel, CheckRequest, Rejected,
+                                        must_confirm, net_ms, timing_call)
 from evokernel.harness.failures import device_failure, readable_failure
 from evokernel.harness.runner import RunnerGone, refuse_inspection
 from evokernel.harness.worker_start import baseline_kernel, import_backend, read_request
@@ -46,19 +45,6 @@ LIBRARY_WARMUP_S = 300.0  # a library's first calls on a shape (torch.compile: 1
 # Timed calls a scenario whose sampled elements are checked, drawn at random here (no runner can read which); a
 # kernel that answers a fraction f of its calls from stale work fails these or the full checks with 1 - (1 - f)^18.
 SAMPLED_CALLS = 16
-
-
-class Channel:
-    """JSON lines to the parent."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        os.set_inheritable(fd, False)  # never handed on to a runner: only this process writes the channel
-
-    def send(self, kind: str, **data) -> None:
-        line = (json.dumps({"type": kind, **data}) + "\n").encode()
-        while line:
-            line = line[os.write(self.fd, line):]
 
 
 class Worker:
