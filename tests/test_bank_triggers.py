@@ -97,6 +97,28 @@ def test_answers_that_changed_nothing_count_against_their_question(tmp_path):
     assert stats.loc["barrier-waits", ["asked", "better"]].tolist() == [1, 1]
 
 
+def test_a_question_already_put_about_a_kernel_is_not_put_about_it_again_while_others_remain(tmp_path):
+    """Its answer would be the same: questions answered about these kernels (crossover parents in any order) or
+    waiting as open prompts are drawn only when the trigger allows no other."""
+    from evokernel.store import LLMCall, OpenPrompt
+
+    bank = load_bank()
+    allowed = {q.id for q in bank.for_trigger("stagnation")}
+    run = make_run(tmp_path / "run", [("barrier-waits", 1.3)])
+    with Store(run) as store:
+        for question_id in sorted(allowed)[:-2]:
+            store.add_llm_call(LLMCall(model="m", prompt="p", response="r", question_id=question_id, parent_ids=[2, 1]))
+        store.add_prompt(OpenPrompt(id="p1", operator="question-mutation", prompt="p", created_at=0.0,
+                                    question_id=sorted(allowed)[-2], parent_ids=[1, 2]))
+        store.add_llm_call(LLMCall(model="m", prompt="p", response="r", question_id=sorted(allowed)[-1],
+                                   parent_ids=[1]))  # another parent: does not count for [1, 2]
+        asked = store.questions_asked_of([1, 2])
+    assert asked == set(sorted(allowed)[:-1])
+    policy, rng = QuestionPolicy(bank), random.Random(0)
+    assert {policy.choose("stagnation", rng, avoid=asked).id for _ in range(50)} == {sorted(allowed)[-1]}
+    assert len({policy.choose("stagnation", rng, avoid=allowed).id for _ in range(200)}) > 1  # none left: any
+
+
 def test_bank_stats_over_runs(tmp_path):
     first = make_run(tmp_path / "a", [("barrier-waits", 1.2), ("barrier-waits", None), ("between-tiles", 0.9),
                                       ("barrier-waits", 1.25)])

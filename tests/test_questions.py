@@ -96,6 +96,21 @@ def test_search_replace_answer_and_declared_limit(store):
     assert limit.declared_limit and limit.source == ORIGINAL and limit.llm_call_id is not None
 
 
+def test_each_question_about_a_kernel_is_a_new_one_while_the_bank_has_others(store):
+    """A question already answered about a parent is not put about it again (its answer would be the same), even
+    the bank's clear favourite; about another parent it is."""
+    seed = add_kernel(store, "int seed;\n", 1.0)
+    for index in range(30):  # weakest-scenario has paid every time in this run
+        add_kernel(store, f"int child_{index};\n", 1.5, [seed], "weakest-scenario", "question-mutation")
+    with FakeLLMServer(["Change: none. Nothing to gain."] * 4) as server:
+        config = run_config(server)
+        op = registered_operators()["question-mutation"].factory(config)
+        asked = [op([parent(kernel_id=seed)], context(config, store, "stagnation", seed=n)).question_id
+                 for n in range(3)]
+        other = op([parent(kernel_id=seed + 1)], context(config, store, "stagnation")).question_id
+    assert asked[0] == "weakest-scenario" and len(set(asked)) == 3 and other == "weakest-scenario"
+
+
 def test_garbage_timeouts_and_rate_limits_are_recorded_failures(store):
     script = ["I am not sure what to do here.", {"status": 429}, {"status": 429}, {"delay": 2, "content": "late"}]
     with FakeLLMServer(script) as server:

@@ -46,12 +46,15 @@ class QuestionPolicy:
             beliefs[question_id] = (wins, asked - wins)
         return beliefs
 
-    def choose(self, trigger: str, rng: random.Random, store=None, layer: str | None = None) -> Question | None:
+    def choose(self, trigger: str, rng: random.Random, store=None, layer: str | None = None,
+               avoid: set[str] = frozenset()) -> Question | None:
         """Draw a success rate for each allowed question and ask the one with the highest draw (None: with
-        `layer`, the bank has no question of it)."""
+        `layer`, the bank has no question of it). Questions in `avoid` (already put about the same kernels: their
+        answer would be the same) are drawn only when no other is allowed."""
         beliefs = self.beliefs(store)
         best, best_draw = None, -1.0
-        for question in self.candidates(trigger, layer):
+        candidates = self.candidates(trigger, layer)
+        for question in [q for q in candidates if q.id not in avoid] or candidates:
             wins, losses = beliefs.get(question.id, (0, 0))
             draw = rng.betavariate(1 + wins, 1 + losses)
             if draw > best_draw:

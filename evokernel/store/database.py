@@ -188,6 +188,17 @@ class Store:
         row = self.db.execute("SELECT response FROM llm_calls WHERE id = ?", (call_id,)).fetchone()
         return row[0] if row else None
 
+    def questions_asked_of(self, parent_ids: list[int]) -> set[str]:
+        """Bank questions already put about exactly these kernels (in any order): answered, or waiting as an
+        open prompt of the `files` model."""
+        wanted, asked = sorted(parent_ids), set()
+        tables = [("llm_calls", "")] + ([("prompts", " AND status = 'open'")] if "prompts" in self.tables() else [])
+        for table, condition in tables:
+            rows = self.db.execute(f"SELECT question_id, parent_ids FROM {table} WHERE question_id IS NOT NULL"
+                                   + condition)
+            asked |= {question_id for question_id, parents in rows if sorted(json.loads(parents)) == wanted}
+        return asked
+
     def childless_answers(self) -> dict[str, int]:
         """Per question: answers that gave no kernel (the parent kept, a known kernel again, or nothing usable).
         Calls without an answer (an error, a prompt still open) are not among them."""

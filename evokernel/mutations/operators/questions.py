@@ -68,9 +68,11 @@ class QuestionOperator:
                         question_id=question.id, trigger=trigger, model=answer.model, llm_call_id=answer.call_id,
                         declared_limit=parsed.declared_limit)
 
-    def _question(self, trigger: str, context: Context) -> Question:
+    def _question(self, trigger: str, parents: list[Parent], context: Context) -> Question:
+        """The person's question, else the policy's choice among those not yet put about these parents."""
         _, policy = self._services(context)
-        return context.question or policy.choose(trigger, context.rng, context.store)
+        asked = context.store.questions_asked_of([p.id for p in parents]) if context.store is not None else set()
+        return context.question or policy.choose(trigger, context.rng, context.store, avoid=asked)
 
 
 @register(default_weight=2.0)
@@ -81,7 +83,7 @@ class QuestionMutation(QuestionOperator):
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         trigger = context.trigger or "default"
-        question = self._question(trigger, context)
+        question = self._question(trigger, parents[:1], context)
         prompt = mutation_prompt(parents[0], question, trigger, context.task,
                                  self.config.triggers.propose_questions)
         return self._answer(prompt, question, trigger, parents[:1], context)
@@ -97,7 +99,7 @@ class QuestionCrossover(QuestionOperator):
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         if len(parents) < 2 or parents[0].source == parents[1].source:
             raise ProposalFailed("question-crossover needs two different parents")
-        question = self._question("crossover", context)
+        question = self._question("crossover", parents[:2], context)
         prompt = crossover_prompt(parents[0], parents[1], question, context.task,
                                   self.config.triggers.propose_questions)
         return self._answer(prompt, question, "crossover", parents[:2], context)
@@ -160,6 +162,6 @@ class Repair(QuestionOperator):
         if spent >= allowed:
             raise ProposalFailed(f"repair: {spent} repairs already spent on kernel #{failing.id}'s line "
                                  f"(operators.repair.max_attempts = {allowed})")
-        question = self._question("repair", context)
+        question = self._question("repair", parents[:1], context)
         prompt = repair_prompt(failing, question, context.task, error, parent_of(context.store, failing.id))
         return self._answer(prompt, question, "repair", parents[:1], context)
