@@ -18,8 +18,8 @@ from evokernel.mutations.build_log import _demangle, compiler_messages, register
 from evokernel.mutations.edits import CHANGE_SHOWN
 from evokernel.mutations.operators.questions import failure_text, parent_of
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
-from evokernel.search.operator_contexts import (CHILDREN_SHOWN, LINEAGE_DEPTH, SIDE_STEPS_SHOWN, lineage_summary,
-                                               parent_view)
+from evokernel.search.operator_contexts import (CHILDREN_SHOWN, LINEAGE_DEPTH, SIDE_STEPS_SHOWN, OperatorContexts,
+                                               answers_to_question, lineage_summary, parent_view)
 from evokernel.store import Individual, LLMCall, Store
 from evokernel.source import normalized_hash, source_hash
 
@@ -339,6 +339,27 @@ def test_each_step_says_the_change_its_answer_stated_so_that_siblings_do_not_rep
     assert lines[4] == f"Already made from #{step} (1; latest last):"
     assert lines[5].startswith(f"#{child} from #{step}") and "change:" not in lines[5]
     assert "Change:` (later prompts" in mutation_prompt(Parent(1, "int a;", 1.0), QUESTION, "default", CPU_TASK)
+
+
+def test_the_questions_answers_on_other_lines_are_told_so_that_a_loss_there_is_not_tried_again(tmp_path):
+    """An answerer saw only its own line and repeated K/V multicast, 17% slower when the same question was asked
+    on another line: the prompt lists the question's earlier children the kernel's history does not show."""
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        other = add(store, "int b;", 1.1, [seed], "knob-mutation")
+        lost = add(store, "int c;", 0.913, [other], "question-mutation", "barrier-waits",
+                   answer="Change: K/V multicast over pairs of blocks\n```c\nint c;\n```")
+        add(store, "int d;", 1.12, [other], "question-mutation", "between-tiles")  # another question
+        kernel = add(store, "int e;", 1.05, [seed], "question-mutation", "barrier-waits")  # in the history
+        view = parent_view(store, store.individual(kernel), "int e;")
+        context = OperatorContexts(store, CPU_TASK, {}).make(0.5, "default")
+        elsewhere = context.answers_to("barrier-waits", {kernel} | {seed})
+        assert answers_to_question(store, "between-tiles", set()).startswith("#4 from #2")
+    assert elsewhere.splitlines() == [f'#{lost} from #{other} by question-mutation, asked "{question_text("barrier-waits")}"'
+                                      ": 1.100 -> 0.913 (-17.0%); change: K/V multicast over pairs of blocks"]
+    prompt = mutation_prompt(view, QUESTION, "default", CPU_TASK, elsewhere=elsewhere)
+    assert f"## This question asked of other kernels of this run (latest last)\n#{lost} from #{other}" in prompt
+    assert "asked of other kernels" not in mutation_prompt(view, QUESTION, "default", CPU_TASK)
 
 
 def test_a_long_line_shows_its_latest_steps_and_children(tmp_path):

@@ -111,6 +111,26 @@ def test_each_question_about_a_kernel_is_a_new_one_while_the_bank_has_others(sto
     assert asked[0] == "weakest-scenario" and len(set(asked)) == 3 and other == "weakest-scenario"
 
 
+def test_the_prompt_tells_the_questions_answers_outside_the_parents_history(store):
+    """The operator asks the search for the question's earlier answers, leaving out the kernels its parents'
+    histories already show, and the prompt gives them."""
+    seen = []
+
+    def answers_to(question_id: str, shown: set[int]) -> str:
+        seen.append((question_id, shown))
+        return "#9 from #8 by question-mutation: 1.100 -> 0.913 (-17.0%); change: K/V multicast"
+
+    with FakeLLMServer(["Change: none."] * 2) as server:
+        config = run_config(server)
+        op = registered_operators()["question-mutation"].factory(config)
+        with_context = context(config, store)
+        with_context.answers_to = answers_to
+        proposal = op([parent()], with_context)
+        prompt = server.requests[0]["messages"][0]["content"]
+    assert seen == [(proposal.question_id, {1, 4})]  # the parent and the kernels its lineage names
+    assert "other kernels of this run (latest last)\n#9 from #8 by question-mutation" in prompt
+
+
 def test_garbage_timeouts_and_rate_limits_are_recorded_failures(store):
     script = ["I am not sure what to do here.", {"status": 429}, {"status": 429}, {"delay": 2, "content": "late"}]
     with FakeLLMServer(script) as server:

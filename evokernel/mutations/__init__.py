@@ -76,6 +76,8 @@ class Context:
     store: Any = None  # evokernel.store.Store, for recording LLM calls
     services: dict[str, Any] = field(default_factory=dict)  # shared clients (LLM, bank policy)
     question: Any = None  # a bank Question to ask instead of one the policy chooses (a person's, `evokernel ask`)
+    # The search's account of earlier answers to a question (question id, kernel ids to leave out) -> text
+    answers_to: Any = None
 
     @property
     def language(self) -> str:

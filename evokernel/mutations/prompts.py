@@ -25,7 +25,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 11  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 12  # part of the replay key: raise it when a template below changes what is asked
 DIFF_LINES_SHOWN = 240  # a crossover's unified diff of its parents, shown whole up to this many lines
 
 WHY_NOW = {
@@ -252,10 +252,18 @@ def _lineage(parent: Parent, task: Task, which: str) -> str:
             f"{per_scenario})\n{parent.lineage.strip()}\n") if parent.lineage.strip() else ""
 
 
+def _elsewhere(answers: str) -> str:
+    """Earlier answers to the same question from kernels the histories above leave out: an answerer saw only its
+    own line and tried again what had lost on another (K/V multicast, 17% slower there)."""
+    return (f"## This question asked of other kernels of this run (latest last)\n{answers.strip()}\n"
+            if answers.strip() else "")
+
+
 def mutation_prompt(parent: Parent, question: Question, trigger: str, task: Task,
-                    propose_question: bool = False) -> str:
-    """One parent and a question about it."""
-    body = _kernel_section(parent, task, "The kernel") + "\n" + _lineage(parent, task, "this kernel")
+                    propose_question: bool = False, elsewhere: str = "") -> str:
+    """One parent and a question about it (`elsewhere`: the question's earlier answers outside its history)."""
+    body = (_kernel_section(parent, task, "The kernel") + "\n" + _lineage(parent, task, "this kernel")
+            + (f"\n{_elsewhere(elsewhere)}" if elsewhere.strip() else ""))
     return _frame(question, trigger, body, task, parent.report, propose_question)
 
 
@@ -326,13 +334,14 @@ def parents_differ(first: Parent, second: Parent, a: str = "A", b: str = "B", fi
 
 
 def crossover_prompt(first: Parent, second: Parent, question: Question, task: Task,
-                     propose_question: bool = False) -> str:
+                     propose_question: bool = False, elsewhere: str = "") -> str:
     """Two parents and a question about their difference; the answer is one child (edits apply to the first)."""
     compared = parents_compared(first, second, task)
     body = (_kernel_section(first, task, "Kernel A") + "\n" + _kernel_section(second, task, "Kernel B")
             + (f"\n{compared}" if compared else "") + "\n" + parents_differ(first, second)
             + "".join(f"\n{_lineage(parent, task, which)}"
                       for parent, which in ((first, "kernel A"), (second, "kernel B")) if parent.lineage.strip())
+            + (f"\n{_elsewhere(elsewhere)}" if elsewhere.strip() else "")
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
     return _frame(question, "crossover", body, task, first.report or second.report, propose_question)
 

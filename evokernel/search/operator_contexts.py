@@ -103,6 +103,15 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
     return "\n".join(lines)
 
 
+def answers_to_question(store: Store, question_id: str, shown: set[int]) -> str:
+    """The question's earlier children in this run other than the kernels in `shown` (those a prompt's histories
+    already give), as steps: the latest and the ones that moved the fitness most, as `_side_steps_shown` keeps."""
+    asked = [o for o in store.outcomes() if o.question_id == question_id and o.parent_ids and o.id not in shown]
+    kept = _side_steps_shown(asked, {o.id: o for o in store.outcomes()})
+    texts = _question_texts(store)
+    return "\n".join(_step(store, store.individual(o.id), store.individual(o.parent_ids[0]), texts) for o in kept)
+
+
 def _side_steps_shown(beside: list[Outcome], by_id: dict[int, Outcome]) -> list[Outcome]:
     """At most SIDE_STEPS_SHOWN of the line's other children, in id order: the latest half, and of the earlier
     ones those that moved the fitness most from their parent (a rejection counts as the largest loss). Keeping
@@ -191,5 +200,6 @@ class OperatorContexts:
             if not hasattr(self._local, "store"):
                 self._local.store = Store(self.store.run_dir)
             store = self._local.store
-        return Context(rng=random.Random(seed), task=self.task,
-                       trigger=trigger, store=store, services=self.services, question=question)
+        return Context(rng=random.Random(seed), task=self.task, trigger=trigger, store=store, services=self.services,
+                       question=question, answers_to=lambda question_id, shown: answers_to_question(store, question_id,
+                                                                                                  shown))

@@ -11,6 +11,7 @@ that yields no kernel raises ProposalFailed with the call id (recorded, never fa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from evokernel.bank import Question, QuestionPolicy, Subject, load_bank, prior_from_runs
@@ -68,6 +69,14 @@ class QuestionOperator:
                         question_id=question.id, trigger=trigger, model=answer.model, llm_call_id=answer.call_id,
                         declared_limit=parsed.declared_limit)
 
+    @staticmethod
+    def _elsewhere(question: Question, parents: list[Parent], context: Context) -> str:
+        """The question's earlier answers in this run from kernels the parents' histories do not show."""
+        if context.answers_to is None:
+            return ""
+        shown = {p.id for p in parents} | {int(n) for p in parents for n in re.findall(r"#(\d+)", p.lineage)}
+        return context.answers_to(question.id, shown)
+
     def _question(self, trigger: str, parents: list[Parent], context: Context) -> Question:
         """The person's question, else the policy's choice among those not yet put about these parents."""
         _, policy = self._services(context)
@@ -85,7 +94,7 @@ class QuestionMutation(QuestionOperator):
         trigger = context.trigger or "default"
         question = self._question(trigger, parents[:1], context)
         prompt = mutation_prompt(parents[0], question, trigger, context.task,
-                                 self.config.triggers.propose_questions)
+                                 self.config.triggers.propose_questions, self._elsewhere(question, parents[:1], context))
         return self._answer(prompt, question, trigger, parents[:1], context)
 
 
@@ -101,7 +110,7 @@ class QuestionCrossover(QuestionOperator):
             raise ProposalFailed("question-crossover needs two different parents")
         question = self._question("crossover", parents[:2], context)
         prompt = crossover_prompt(parents[0], parents[1], question, context.task,
-                                  self.config.triggers.propose_questions)
+                                  self.config.triggers.propose_questions, self._elsewhere(question, parents[:2], context))
         return self._answer(prompt, question, "crossover", parents[:2], context)
 
 
