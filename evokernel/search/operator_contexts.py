@@ -106,8 +106,9 @@ def lineage_summary(store: Store, kernel_id: int) -> str:
 def answers_to_question(store: Store, question_id: str, shown: set[int]) -> str:
     """The question's earlier children in this run other than the kernels in `shown` (those a prompt's histories
     already give), as steps: the latest and the ones that moved the fitness most, as `_side_steps_shown` keeps."""
-    asked = [o for o in store.outcomes() if o.question_id == question_id and o.parent_ids and o.id not in shown]
-    kept = _side_steps_shown(asked, {o.id: o for o in store.outcomes()})
+    outcomes = store.outcomes()
+    asked = [o for o in outcomes if o.question_id == question_id and o.parent_ids and o.id not in shown]
+    kept = _side_steps_shown(asked, {o.id: o for o in outcomes})
     texts = _question_texts(store)
     return "\n".join(_step(store, store.individual(o.id), store.individual(o.parent_ids[0]), texts) for o in kept)
 

@@ -80,8 +80,10 @@ class QuestionOperator:
     def _question(self, trigger: str, parents: list[Parent], context: Context) -> Question:
         """The person's question, else the policy's choice among those not yet put about these parents."""
         _, policy = self._services(context)
+        if context.question is not None:
+            return context.question
         asked = context.store.questions_asked_of([p.id for p in parents]) if context.store is not None else set()
-        return context.question or policy.choose(trigger, context.rng, context.store, avoid=asked)
+        return policy.choose(trigger, context.rng, context.store, avoid=asked)
 
 
 @register(default_weight=2.0)
