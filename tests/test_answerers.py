@@ -370,3 +370,27 @@ def test_a_child_rejected_in_an_earlier_session_gets_its_repair_prompt(tmp_path)
     resumed = evokernel("run", "--resume", str(run_dir), "--budget", "4", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
     assert [(p["operator"], p["parent_ids"]) for p in open_prompts(tmp_path, run_dir)] == [("repair", [child.id])]
+
+
+@pytest.mark.slow
+def test_a_note_put_on_a_kernel_while_prompts_wait_reaches_the_prompts_written_after_it(tmp_path):
+    config = project(tmp_path, "files", 4, max_open_prompts=1)
+    assert evokernel("run", str(config), "--runs-dir", "runs", cwd=tmp_path).returncode == 0
+    [run_dir] = list((tmp_path / "runs").iterdir())
+    [before] = open_prompts(tmp_path, run_dir)
+    (tmp_path / "note.md").write_text("L1 hit rate 97%; stalls: long scoreboard 12%\n")
+    (tmp_path / "binary.md").write_bytes(b"\xff\xfe")
+    for args, message in ((("9", "note.md"), "has no individual 9"), (("1", "missing.md"), "cannot read"),
+                          (("1", "binary.md"), "not UTF-8"), (("x", "note.md"), "not a valid integer")):
+        refused = evokernel("note", str(run_dir), *args, cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr and len(refused.stderr.splitlines()) == 1
+    noted = evokernel("note", str(run_dir), "1", "-", "--by", "a profiler", cwd=tmp_path,
+                      stdin=(tmp_path / "note.md").read_text())
+    assert noted.returncode == 0, noted.stderr
+    assert "long scoreboard 12%" in evokernel("note", str(run_dir), "1", cwd=tmp_path).stdout
+    assert "long scoreboard" not in Path(before["file"]).read_text()  # written before the note
+    assert evokernel("prompts", str(run_dir), "--withdraw", "open", cwd=tmp_path).returncode == 0
+    assert evokernel("run", "--resume", str(run_dir), cwd=tmp_path).returncode == 0
+    [after] = open_prompts(tmp_path, run_dir)
+    text = Path(after["file"]).read_text()
+    assert "### Notes on it" in text and "From a profiler, " in text and "long scoreboard 12%" in text

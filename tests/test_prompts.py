@@ -20,7 +20,7 @@ from evokernel.mutations.operators.questions import failure_text, parent_of
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
 from evokernel.search.operator_contexts import (CHILDREN_SHOWN, LINEAGE_DEPTH, SIDE_STEPS_SHOWN, OperatorContexts,
                                                answers_to_question, lineage_summary, parent_view)
-from evokernel.store import Individual, LLMCall, Store
+from evokernel.store import Individual, LLMCall, Store, add_note
 from evokernel.source import normalized_hash, source_hash
 
 ROOT = Path(__file__).parents[1]
@@ -360,6 +360,26 @@ def test_the_questions_answers_on_other_lines_are_told_so_that_a_loss_there_is_n
     prompt = mutation_prompt(view, QUESTION, "default", CPU_TASK, elsewhere=elsewhere)
     assert f"## This question asked of other kernels of this run (latest last)\n#{lost} from #{other}" in prompt
     assert "asked of other kernels" not in mutation_prompt(view, QUESTION, "default", CPU_TASK)
+
+
+def test_notes_put_on_a_kernel_reach_every_later_prompt_about_it_latest_two_last(tmp_path):
+    """Every answerer asked for profiler figures the harness does not take: a person or tool that has them puts them
+    on the kernel (`evokernel note`), and the prompts about it show the latest."""
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        other = add(store, "int b;", 1.1, [seed], "knob-mutation")
+        for text in ("DRAM read 812 MB", "L2 hit rate 91%", "top stall: long scoreboard 41%"):
+            add_note(store.run_dir, seed, text, by="ncu 2025.3")
+        bare = mutation_prompt(parent_view(store, store.individual(other), "int b;"), QUESTION, "default", CPU_TASK)
+        view = parent_view(store, store.individual(seed), "int a;")
+        second = parent_view(store, store.individual(other), "int b;")
+    prompt = mutation_prompt(view, QUESTION, "default", CPU_TASK)
+    section = prompt.split("### Notes on it (measurements and remarks given to the run, latest last)\n")[1]
+    assert "DRAM read 812 MB" not in prompt and section.index("L2 hit rate 91%") < section.index("long scoreboard")
+    assert re.match(r"From ncu 2025\.3, \d{4}-\d\d-\d\d \d\d:\d\d UTC:\nL2 hit rate 91%\n", section)
+    assert "### Notes on it" not in bare
+    crossed = crossover_prompt(second, view, QUESTION, CPU_TASK)
+    assert crossed.count("### Notes on it") == 1 and "long scoreboard 41%" in crossed.split("## Kernel B")[1]
 
 
 def test_a_long_line_shows_its_latest_steps_and_children(tmp_path):

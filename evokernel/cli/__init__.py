@@ -1,7 +1,7 @@
 """The `evokernel` command: check kernels, run searches, inspect lineage, manage the question bank.
 
 One module per command group: `check` (check, tasks), `run` (run), `ask` (ask a running search a question), `prompts`
-(prompts, answer: the prompts of the `files` model),
+(prompts, answer: the prompts of the `files` model; note: notes on a kernel for its prompts),
 `inspection` (runs, lineage, show, diff), `exports` (export, report), `bank` (the bank group), `task` (task new),
 `serve` (the live page); what they share is in `common`.
 Bad input exits with code 2 and a one-line message; a rejected kernel exits with 1.
@@ -21,7 +21,7 @@ def main() -> None:
     """Evolve fast GPU kernels with a correctness-gated harness."""
 
 
-for command in (check.check, check.tasks, run.run, ask.ask, prompts.prompts, prompts.answer, inspection.runs,
+for command in (check.check, check.tasks, run.run, ask.ask, prompts.prompts, prompts.answer, prompts.note, inspection.runs,
                 inspection.lineage, inspection.show, inspection.diff, exports.export, exports.report, bank.bank,
                 task.task, serve.serve):
     main.add_command(command)

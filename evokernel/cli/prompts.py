@@ -1,7 +1,9 @@
-"""`evokernel prompts` and `evokernel answer`: the prompts of the `files` model, and answering one.
+"""`evokernel prompts`, `evokernel answer` and `evokernel note`: the prompts of the `files` model, answering one, and
+notes on a kernel that later prompts show.
 
-Neither opens the run's database for writing: `answer` checks the answer against the prompt (read-only)
-and puts the file in RUN/answers/ in one step; the run's driver takes it (a stopped run: at `--resume`).
+None opens the run's database for writing: `answer` checks the answer against the prompt (read-only)
+and puts the file in RUN/answers/ in one step; the run's driver takes it (a stopped run: at `--resume`); `note`
+puts its file in RUN/notes/ID/, read when a prompt is written.
 """
 
 from __future__ import annotations
@@ -78,19 +80,46 @@ def answer(run: str, prompt_id: str, answer_file: str, answered_by: str | None) 
     from evokernel.steering import answer_prompt
     from evokernel.store import resolve_run
 
-    text = _read_answer(answer_file)
+    text = _read_text(answer_file)
     receipt = answer_prompt(resolve_run(run), prompt_id, text, answered_by, source=answer_file)
     console.print(receipt.message, soft_wrap=True, highlight=False)
 
 
-def _read_answer(answer_file: str) -> str:
-    """The answer's text; BadInput when the file is missing or not UTF-8."""
+@click.command()
+@click.argument("run")
+@click.argument("kernel_id", type=int)
+@click.argument("note_file", required=False)
+@click.option("--by", "noted_by", help="Who gives the note (a person, or the tool that measured).")
+def note(run: str, kernel_id: int, note_file: str | None, noted_by: str | None) -> None:
+    """Put NOTE_FILE ('-': standard input) on kernel KERNEL_ID of RUN: a measurement the harness does not take
+    (profiler figures: memory traffic, stall reasons) or a remark, shown in every later prompt about the kernel
+    (its latest two notes). Without NOTE_FILE, print the kernel's notes. Safe while the run is going."""
+    from evokernel.store import add_note, kernel_notes
+
+    with open_run(run) as lin:
+        lin.store.individual(kernel_id)  # BadInput for a kernel the run does not have
+        run_dir = lin.run_dir
+    if note_file is None:
+        notes = kernel_notes(run_dir, kernel_id)
+        for item in notes:
+            console.print(f"[bold]{item.note_id}[/] by {item.by or '-'}\n{item.text}", soft_wrap=True,
+                          highlight=False)
+        if not notes:
+            console.print(f"kernel #{kernel_id} of {run_dir} has no note", soft_wrap=True, highlight=False)
+        return
+    path = add_note(run_dir, kernel_id, _read_text(note_file), noted_by)
+    console.print(f"noted on kernel #{kernel_id}: {path} (prompts written from now on show it)", soft_wrap=True,
+                  highlight=False)
+
+
+def _read_text(path: str) -> str:
+    """A file's text ('-': standard input); BadInput when the file is missing or not UTF-8."""
     try:
-        data = sys.stdin.buffer.read() if answer_file == "-" else Path(answer_file).read_bytes()
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
-        raise BadInput(f"cannot read {answer_file}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadInput(f"{answer_file}: not UTF-8 text (byte {exc.start})") from None
+        raise BadInput(f"{path}: not UTF-8 text (byte {exc.start})") from None
     return text

@@ -32,6 +32,7 @@ class Parent:
     knobs: dict[str, Any] = field(default_factory=dict)
     report: dict | None = None  # the harness's CheckReport as a dict: per-scenario results, failure
     lineage: str = ""  # short summary of earlier questions on this line and what came of them
+    notes: str = ""  # the latest notes people or tools put on it (`evokernel note`): profiler figures, remarks
 
 
 @dataclass

@@ -25,7 +25,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 12  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 13  # part of the replay key: raise it when a template below changes what is asked
 DIFF_LINES_SHOWN = 240  # a crossover's unified diff of its parents, shown whole up to this many lines
 
 WHY_NOW = {
@@ -199,10 +199,12 @@ def _kernel_section(parent: Parent, task: Task, label: str, with_messages: bool 
         registers += ("(ptxas's registers are each thread's at launch; this kernel's setmaxnreg moves them between its "
                       "warpgroups at run time, as its source says)\n")
     messages = compiler_messages(log, "kernel" + LANGUAGES[task.language].extension) if with_messages else ""
+    notes = (f"\n### Notes on it (measurements and remarks given to the run, latest last)\n{parent.notes.strip()}\n"
+             if parent.notes.strip() else "")
     return (f"## {label}: kernel #{parent.id}, {fitness}\n```{_fence(task.language)}\n"
             f"{parent.source.rstrip()}\n```\n\n{_knobs(parent)}\n### Its results per scenario\n"
             f"{results_table(parent.report, task)}\n" + (f"\n{registers}" if registers else "")
-            + (f"\n{messages}" if messages else ""))
+            + (f"\n{messages}" if messages else "") + notes)
 
 
 def _answer_format(language: str, propose_question: bool) -> str:

@@ -18,12 +18,13 @@ from evokernel.harness import Task
 from evokernel.mutations import Context, Operator, Parent, registered_operators
 from evokernel.mutations.edits import stated_change
 from evokernel.population import Kernel
-from evokernel.store import Individual, Outcome, Store
+from evokernel.store import Individual, KernelNote, Outcome, Store, kernel_notes
 
 LINEAGE_DEPTH = 8  # steps of a parent's first-parent line an operator is told of
 CHILDREN_SHOWN = 6  # children already made from a parent an operator is told of (the latest)
 SIDE_STEPS_SHOWN = 16  # other children of the line's ancestors an operator is told of (see _side_steps_shown)
 KNOB_CHANGES_SHOWN = 4  # knob changes named per step
+NOTES_SHOWN = 2  # latest notes on a kernel (`evokernel note`) an operator is told of
 
 
 @dataclass
@@ -62,7 +63,20 @@ def parent_view(store: Store, kernel: Kernel | Individual, source: str | None = 
     """What an operator is told of a parent: a population member, or a stored row (then with its `source`)."""
     fitness = kernel.fitness if isinstance(kernel, Individual) else kernel.fitness.values[1]
     return Parent(id=kernel.id, source=source if source is not None else kernel.source, fitness=fitness,
-                  knobs=dict(kernel.knobs), report=kernel.report, lineage=lineage_summary(store, kernel.id))
+                  knobs=dict(kernel.knobs), report=kernel.report, lineage=lineage_summary(store, kernel.id),
+                  notes=notes_shown(store, kernel.id))
+
+
+def notes_shown(store: Store, kernel_id: int) -> str:
+    """The kernel's latest notes (NOTES_SHOWN), each with who gave it and when, oldest first."""
+    shown = kernel_notes(store.run_dir, kernel_id)[-NOTES_SHOWN:]
+    return "".join(f"From {note.by or 'an unnamed source'}, {note_time(note)}:\n{note.text.strip()}\n\n"
+                   for note in shown)
+
+
+def note_time(note: KernelNote) -> str:
+    stamp = note.note_id.split("-")[0]
+    return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} UTC"
 
 
 def lineage_summary(store: Store, kernel_id: int) -> str:
