@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The question-driven search's best kernels on the whole `fa3` grid against cuDNN (device tool, after
-# question_round.sh): the best N (default 2) correct kernels of the run in qruns/, one check each.
-# Reports under $OUT as round-<id>-<hash>-fa3.{json,txt}; a short table last.
-#   bash experiments/attention_hopper/best_on_fa3.sh [N]
+# question_round.sh): the best N (default 2) correct kernels of the run in qruns/, or the kernels IDS names, one
+# check each. Reports under $OUT as best-<id>-<hash>-fa3.{json,txt}; a short table last.
+#   [IDS="194 190"] bash experiments/attention_hopper/best_on_fa3.sh [N]
 set -uo pipefail
 RUN=$(ls -d experiments/attention_hopper/qruns/2* | tail -1)
-python3 - "$RUN" "${1:-2}" > "$OUT/best.txt" <<'PY'
+python3 - "$RUN" "${1:-2}" ${IDS:-} > "$OUT/best.txt" <<'PY'
 import sys
 from pathlib import Path
 from evokernel.store import Store
 with Store(Path(sys.argv[1]), readonly=True) as store:
-    for row in store.best(int(sys.argv[2])):
+    rows = [store.individual(int(i)) for i in sys.argv[3:]] or store.best(int(sys.argv[2]))
+    for row in rows:
         print(row.id, store.source_path(row.source_hash, row.language), f"{row.fitness:.4f}")
 PY
 while read -r ID SRC FIT; do

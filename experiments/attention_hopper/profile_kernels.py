@@ -13,12 +13,12 @@ Writes $OUT/profile-ID.md (the note) and $OUT/profile-ID.log; `--call SO` is the
 from __future__ import annotations
 
 import argparse
+import csv
 import ctypes
-import glob
+import io
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,44 +67,27 @@ def call_each_scenario(library: str) -> None:
         torch.cuda.nvtx.range_pop()
 
 
-def ncu_report_module():
-    """Nsight Compute's Python reader of its reports (extras/python beside the ncu binary)."""
-    ncu = Path(shutil.which("ncu")).resolve()
-    candidates = [ncu.parent / "extras" / "python", *map(Path, glob.glob("/usr/local/cuda*/nsight-compute*/extras/python")),
-                  *map(Path, glob.glob("/opt/nvidia/nsight-compute/*/extras/python"))]
-    for folder in candidates:
-        if (folder / "ncu_report.py").is_file():
-            sys.path.insert(0, str(folder))
-            import ncu_report
-
-            return ncu_report
-    raise SystemExit(f"ncu_report.py not found beside {ncu} or under the CUDA folders")
+def read_csv(report: Path, rename: bool) -> list[dict[str, str]]:
+    """The report's raw page as rows of metric -> value (base units: bytes, nanoseconds, percent). With `rename`,
+    each kernel is named after its innermost NVTX range (its scenario)."""
+    ran = subprocess.run(["ncu", "--import", str(report), "--csv", "--page", "raw", "--print-units", "base",
+                          *(["--print-nvtx-rename", "kernel"] if rename else [])],
+                         capture_output=True, text=True, check=True)
+    rows = list(csv.reader(io.StringIO(ran.stdout[ran.stdout.index('"ID"'):])))
+    header, data = rows[0], [row for row in rows[1:] if row and row[0].isdigit()]
+    return [dict(zip(header, row)) for row in data]
 
 
-SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-3, "usecond": 1, "msecond": 1e3,
-         "second": 1e6}
-
-
-def metrics_of(action) -> dict[str, float]:
-    """Every metric of a profiled kernel as a number, bytes in bytes and times in microseconds."""
+def numbers(row: dict[str, str]) -> dict[str, float]:
     values = {}
-    for name in action.metric_names():
-        metric = action.metric_by_name(name)
+    for name, text in row.items():
         try:
-            value = metric.as_double()
-        except Exception:
+            values[name] = float(text.replace(",", ""))
+        except ValueError:
             continue
-        values[name] = value * SCALE.get(metric.unit() if hasattr(metric, "unit") else "", 1)
+    for name in [n for n in values if n == "gpu__time_duration.sum"]:
+        values[name] /= 1e3  # ns -> µs
     return values
-
-
-def scenario_of(action) -> str:
-    state = action.nvtx_state()
-    for domain_id in state.domains():
-        ranges = state.domain_by_id(domain_id).push_pop_ranges()
-        if ranges and ranges[0] == RANGE:
-            return ranges[-1]
-    return "?"
 
 
 def top(values: dict[str, float], pattern: str, count: int) -> list[tuple[str, float]]:
@@ -161,14 +144,15 @@ def profile(run_dir: Path, kernel_id: int, source: Path, out: Path) -> Path | No
         (out / f"profile-{kernel_id}.log").write_text(ran.stdout[-20000:] + ran.stderr[-20000:])
         if not Path(f"{report}.ncu-rep").is_file():
             return None
-        ncu_report = ncu_report_module()
-        context = ncu_report.load_report(f"{report}.ncu-rep")
-        rows = []
-        for r in range(context.num_ranges()):
-            profiled = context.range_by_idx(r)
-            for a in range(profiled.num_actions()):
-                action = profiled.action_by_idx(a)
-                rows.append((scenario_of(action), action.name(), metrics_of(action)))
+        plain = read_csv(Path(f"{report}.ncu-rep"), False)
+        try:
+            named = read_csv(Path(f"{report}.ncu-rep"), True)
+        except subprocess.CalledProcessError:  # an ncu that cannot rename kernels by range: by order
+            named = plain
+        scenarios = [s.name for s in task.scenarios(SCENARIOS)]
+        rows = [(n["Kernel Name"] if n["Kernel Name"] in scenarios
+                 else scenarios[i] if len(plain) == len(scenarios) else f"call {i}", p["Kernel Name"], numbers(p))
+                for i, (n, p) in enumerate(zip(named, plain))]
         if rows:
             (out / f"metrics-{kernel_id}.txt").write_text(
                 "\n".join(f"{name} {value:g}" for name, value in sorted(rows[0][2].items())))
