@@ -179,7 +179,11 @@ def main() -> None:
     with Store(run_dir, readonly=True) as store:
         kernels = [(row.id, store.source_path(row.source_hash, row.language)) for row in store.best(args.top)]
     for kernel_id, source in kernels:
-        note = profile(run_dir, kernel_id, source, out)
+        try:
+            note = profile(run_dir, kernel_id, source, out)
+        except (subprocess.SubprocessError, ValueError, KeyError, IndexError) as exc:  # one kernel's profile
+            print(f"#{kernel_id}: no profile ({type(exc).__name__}: {exc})")
+            continue
         if note is None:
             print(f"#{kernel_id}: no profile (see profile-{kernel_id}.log)")
             continue

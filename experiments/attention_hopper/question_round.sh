@@ -11,11 +11,19 @@
 #   tar xJf experiments/attention_hopper/runs/RUN.tar.xz -C experiments/attention_hopper/qruns &&
 #   bash experiments/attention_hopper/question_round.sh
 # BUDGET (optional): the run's evaluation budget from this round on (a resumed run keeps its own otherwise).
+# PROFILE_TOP (optional): before a resumed round, profile the run's best N kernels under Nsight Compute and put the
+# figures on them as notes (profile_kernels.py), so that the prompts this round writes show them; $OUT/profile.tar.xz.
 set -uo pipefail
 RUNS=experiments/attention_hopper/qruns
 mkdir -p "$RUNS" "${OUT:?}"
 export PYTHONUNBUFFERED=1 COLUMNS=200
 RUN=$(ls -d "$RUNS"/2* 2>/dev/null | tail -1)
+if [ -n "$RUN" ] && [ -n "${PROFILE_TOP:-}" ]; then
+  mkdir -p "$OUT/profile"
+  OUT="$OUT/profile" timeout 300 python3 experiments/attention_hopper/profile_kernels.py "$RUN" --top "$PROFILE_TOP" \
+    > "$OUT/profile/profile.txt" 2>&1
+  tar cJf "$OUT/profile.tar.xz" -C "$OUT" profile && rm -rf "$OUT/profile"
+fi
 if [ -n "$RUN" ]; then
   evokernel run --resume "$RUN" ${BUDGET:+--budget "$BUDGET"} 2>&1 | tee "$OUT/run.log"
 else
