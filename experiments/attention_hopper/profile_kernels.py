@@ -27,6 +27,10 @@ from pathlib import Path
 SCENARIOS = "fa3-2k"
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "WarpStateStats", "LaunchStats",
             "Occupancy")
+# Beside the sections: bytes moved and the tensor pipe, which no section above collects on sm_90 (names from
+# `ncu --query-metrics --chip gh100`)
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
+           "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active")
 RANGE = "evk"  # the outer NVTX range of the profiled calls: ncu profiles the kernels inside it only
 
 
@@ -138,7 +142,8 @@ def profile(run_dir: Path, kernel_id: int, source: Path, out: Path) -> Path | No
             return None
         report = Path(scratch) / "profile"
         command = ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", f"{RANGE}/",
-                   *[arg for s in SECTIONS for arg in ("--section", s)], "-f", "-o", str(report),
+                   *[arg for s in SECTIONS for arg in ("--section", s)], "--metrics", ",".join(METRICS),
+                   "-f", "-o", str(report),
                    sys.executable, __file__, "--call", str(library)]
         ran = subprocess.run(command, capture_output=True, text=True, timeout=300)
         (out / f"profile-{kernel_id}.log").write_text(ran.stdout[-20000:] + ran.stderr[-20000:])
