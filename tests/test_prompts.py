@@ -328,7 +328,7 @@ def test_each_step_says_the_change_its_answer_stated_so_that_siblings_do_not_rep
         seed = add(store, "int a;", 1.0)
         step = add(store, "int b;", 0.97, [seed], "question-mutation", "barrier-waits", answer=stated)
         long = "Change: " + "tile " * 100
-        sibling = add(store, "int c;", 1.02, [seed], "question-mutation", "barrier-waits", answer=long)
+        sibling = add(store, "int c;", 0.99, [seed], "question-mutation", "barrier-waits", answer=long)
         child = add(store, "int d;", 1.0, [step], "question-mutation", "barrier-waits",
                     answer="no such line\n```c\nint d;\n```")
         lines = lineage_summary(store, step).splitlines()
@@ -339,6 +339,21 @@ def test_each_step_says_the_change_its_answer_stated_so_that_siblings_do_not_rep
     assert lines[4] == f"Already made from #{step} (1; latest last):"
     assert lines[5].startswith(f"#{child} from #{step}") and "change:" not in lines[5]
     assert "Change:` (later prompts" in mutation_prompt(Parent(1, "int a;", 1.0), QUESTION, "default", CPU_TASK)
+
+
+def test_a_change_that_gained_is_told_whole_and_one_that_lost_only_in_short(tmp_path):
+    """An answerer ported #194's gain to another line from its first 320 characters; a loss needs only enough
+    not to be tried again."""
+    idea = "Change: " + " ".join(f"step{i}" for i in range(150))  # about 1100 characters
+    with Store(tmp_path / "run", create=True) as store:
+        seed = add(store, "int a;", 1.0)
+        gained = add(store, "int b;", 1.004, [seed], "question-mutation", "barrier-waits", answer=idea)
+        lost = add(store, "int c;", 0.996, [seed], "question-mutation", "barrier-waits", answer=idea)
+        kernel = add(store, "int d;", 1.0, [seed], "knob-mutation")
+        lines = lineage_summary(store, kernel).splitlines()
+    whole, short = (next(line for line in lines if line.startswith(f"#{k} ")) for k in (gained, lost))
+    assert whole.endswith("; change: " + idea[len("Change: "):])
+    assert short.endswith("...") and len(short.split("; change: ")[1]) == CHANGE_SHOWN
 
 
 def test_the_questions_answers_on_other_lines_are_told_so_that_a_loss_there_is_not_tried_again(tmp_path):

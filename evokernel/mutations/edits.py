@@ -27,6 +27,9 @@ LIMIT_CLAIMS = re.compile(
 CHANGE_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]*|\d+\.[ \t]*)?[*_`]*change[*_`]*[ \t]*:[*_`]*[ \t]*(\S.*)$",
                          re.IGNORECASE | re.MULTILINE)
 CHANGE_SHOWN = 320  # characters of an answer's stated change that later prompts are told of (200 cut ideas mid-sentence)
+# ... where its child beat its parent: an answerer porting a gain from another line had only its first 320
+# characters (the lazy-max warp vote of #194, rebuilt from a cut line); losses need only enough not to repeat them
+CHANGE_SHOWN_GAINED = 1600
 # A stated change that declares the kernel left as it is: the word alone or followed by its reason ("none - ...",
 # "None. The tail ...", "none (...)"); "nothing but the tile" states a change.
 NO_CHANGE = re.compile(r"(?:none|no change|nothing)[*_`]*(?:\s*$|\s*[.;:,(\u2014\u2013-])", re.IGNORECASE)
@@ -114,11 +117,12 @@ def claims_limit(prose: str) -> bool:
     return bool(LIMIT_CLAIMS.search(prose))
 
 
-def stated_change(answer: str | None) -> str | None:
-    """The answer's one-line `Change: ...` outside its code (the answer format asks for it), shortened: what a
-    later prompt says was tried, so that answerers about the same line do not repeat it. None if not stated."""
+def stated_change(answer: str | None, limit: int = CHANGE_SHOWN) -> str | None:
+    """The answer's one-line `Change: ...` outside its code (the answer format asks for it), shortened to `limit`
+    characters: what a later prompt says was tried, so that answerers about the same line do not repeat it (or
+    port it, where it gained). None if not stated."""
     match = CHANGE_LINE.search(FENCE.sub(" ", EDIT.sub(" ", answer or "")))
     if not match:
         return None
     text = " ".join(match.group(1).split()).strip("*_` ")
-    return text if len(text) <= CHANGE_SHOWN else text[:CHANGE_SHOWN - 3].rstrip() + "..."
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."

@@ -25,7 +25,7 @@ from evokernel.mutations import Parent
 from evokernel.mutations.build_log import compiler_messages, register_summary
 from evokernel.source import KnobError, parse_knobs
 
-PROMPT_VERSION = 13  # part of the replay key: raise it when a template below changes what is asked
+PROMPT_VERSION = 14  # part of the replay key: raise it when a template below changes what is asked
 DIFF_LINES_SHOWN = 240  # a crossover's unified diff of its parents, shown whole up to this many lines
 
 WHY_NOW = {

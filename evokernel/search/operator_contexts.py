@@ -16,7 +16,7 @@ from evokernel.bank import Question, configured_question_texts
 from evokernel.config import RunConfig
 from evokernel.harness import Task
 from evokernel.mutations import Context, Operator, Parent, registered_operators
-from evokernel.mutations.edits import stated_change
+from evokernel.mutations.edits import CHANGE_SHOWN, CHANGE_SHOWN_GAINED, stated_change
 from evokernel.population import Kernel
 from evokernel.store import Individual, KernelNote, Outcome, Store, kernel_notes
 
@@ -168,9 +168,12 @@ def _step(store: Store, child: Individual, parent: Individual, texts: dict[str, 
     knobs = (f" ({', '.join(changed[:KNOB_CHANGES_SHOWN])}" + (", ..." if len(changed) > KNOB_CHANGES_SHOWN else "")
              + ")") if changed else ""
     outcome = f"{_fitness(parent)} -> {_fitness(child)}"
+    gained = (child.status == "correct" and parent.status == "correct" and bool(child.fitness and parent.fitness)
+              and child.fitness > parent.fitness)
     if child.status == "correct" and parent.status == "correct" and child.fitness and parent.fitness:
         outcome += f" ({100 * (child.fitness / parent.fitness - 1):+.1f}%{_per_scenario(child, parent)})"
-    change = stated_change(store.llm_response(child.llm_call_id)) if child.llm_call_id else None
+    change = (stated_change(store.llm_response(child.llm_call_id), CHANGE_SHOWN_GAINED if gained else CHANGE_SHOWN)
+              if child.llm_call_id else None)
     return (f"#{child.id} from #{parent.id}{others} by {child.operator}{question}{knobs}: {outcome}"
             + (f"; change: {change}" if change else ""))
 
