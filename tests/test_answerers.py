@@ -388,6 +388,9 @@ def test_a_note_put_on_a_kernel_while_prompts_wait_reaches_the_prompts_written_a
                       stdin=(tmp_path / "note.md").read_text())
     assert noted.returncode == 0, noted.stderr
     assert "long scoreboard 12%" in evokernel("note", str(run_dir), "1", cwd=tmp_path).stdout
+    assert "long scoreboard 12%" in evokernel("show", str(run_dir), "1", cwd=tmp_path).stdout
+    [shown] = json.loads(evokernel("show", str(run_dir), "1", "--json", cwd=tmp_path).stdout)["notes"]
+    assert shown["by"] == "a profiler" and shown["kernel_id"] == 1
     assert "long scoreboard" not in Path(before["file"]).read_text()  # written before the note
     assert evokernel("prompts", str(run_dir), "--withdraw", "open", cwd=tmp_path).returncode == 0
     assert evokernel("run", "--resume", str(run_dir), cwd=tmp_path).returncode == 0

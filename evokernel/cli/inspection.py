@@ -222,7 +222,8 @@ def _print_deltas(title: str, deltas, before: str, after: str) -> None:
 @click.argument("kernel_id", metavar="ID", type=int)
 @json_flag
 def show(run: str, kernel_id: int, as_json: bool) -> None:
-    """Everything about kernel ID: source, diff against its parents, per-scenario results, build log, LLM exchange.
+    """Everything about kernel ID: source, diff against its parents, per-scenario results, notes, build log, LLM
+    exchange.
 
     RUN is a run directory, a run id under ./runs, or 'latest'.
     """
@@ -233,6 +234,7 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
 
     from evokernel.lineage.documents import kernel_document
     from evokernel.output import print_json, print_table, scenario_table
+    from evokernel.store import kernel_notes
 
     with open_run(run) as lin:
         ind = lin.get(kernel_id)
@@ -275,6 +277,9 @@ def show(run: str, kernel_id: int, as_json: bool) -> None:
             console.print("[dim]no scenario results (rejected before running, or not evaluated yet)[/]")
         if ind.failure:
             console.print(f"[red]rejected:[/] {escape(lin.failure(ind.id))}", soft_wrap=True)
+        for note in kernel_notes(lin.run_dir, ind.id):
+            console.print(Rule(f"note {note.note_id} by {escape(note.by or '-')}"))
+            console.print(note.text, markup=False, highlight=False, soft_wrap=True)
         if ind.build_log:
             console.print(Rule("build log"))
             console.print(lin.build_log(ind.id), markup=False, highlight=False, soft_wrap=True)

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from evokernel.errors import BadInput
 from evokernel.lineage.compare import ScenarioDelta
 from evokernel.lineage.view import Lineage, Step, TreeNode
+from evokernel.store import kernel_notes
 
 
 def ratio(before: float | None, after: float | None) -> float | None:
@@ -60,7 +61,7 @@ def delta_document(d: ScenarioDelta) -> dict:
 
 def kernel_document(lin: Lineage, kernel_id: int) -> dict:
     """Everything about one kernel (`show --json`): source, diffs against its parents, per-scenario results,
-    build log, the LLM exchange that produced it."""
+    build log, the LLM exchange that produced it, the notes put on it (`evokernel note`)."""
     ind = lin.get(kernel_id)
     parents = lin.parents(ind.id)
     return {
@@ -76,7 +77,8 @@ def kernel_document(lin: Lineage, kernel_id: int) -> dict:
         "against_parents": [{"parent": p.id, "scenarios": [delta_document(d) for d in lin.compare(p.id, ind.id)]}
                             for p in parents],
         "build_log": lin.build_log(ind.id), "llm_call": lin.llm_call(ind.id),
-        "failed_proposals": [asdict(f) for f in lin.failed_proposals(ind.id)]}
+        "failed_proposals": [asdict(f) for f in lin.failed_proposals(ind.id)],
+        "notes": [asdict(note) for note in kernel_notes(lin.run_dir, ind.id)]}
 
 
 def produced(lin: Lineage, outcome: dict) -> str:
