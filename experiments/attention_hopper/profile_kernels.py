@@ -113,7 +113,7 @@ def note_text(rows: list[tuple[str, str, dict[str, float]]], version: str) -> st
         lines.append(f"| {scenario} | {kernel[:40]} | {get(values, 'gpu__time_duration.sum', digits=1)} | "
                      f"{get(values, 'dram__bytes_read.sum', 1e6)} | {get(values, 'dram__bytes_write.sum', 1e6)} | "
                      f"{get(values, 'lts__t_bytes.sum', 1e6)} | {get(values, 'lts__t_sector_hit_rate.pct', digits=1)} | "
-                     f"{get(values, 'dram__throughput.avg.pct_of_peak_sustained_elapsed', digits=1)} | "
+                     f"{get(values, 'gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed', digits=1)} | "
                      f"{get(values, 'sm__throughput.avg.pct_of_peak_sustained_elapsed', digits=1)} | "
                      f"{get(values, 'sm__warps_active.avg.pct_of_peak_sustained_active', digits=1)} | "
                      f"{get(values, 'launch__registers_per_thread')} |")
@@ -141,12 +141,15 @@ def profile(run_dir: Path, kernel_id: int, source: Path, out: Path) -> Path | No
             (out / f"profile-{kernel_id}.log").write_text(built.stderr)
             return None
         report = Path(scratch) / "profile"
-        command = ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", f"{RANGE}/",
-                   *[arg for s in SECTIONS for arg in ("--section", s)], "--metrics", ",".join(METRICS),
-                   "-f", "-o", str(report),
-                   sys.executable, __file__, "--call", str(library)]
-        ran = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        (out / f"profile-{kernel_id}.log").write_text(ran.stdout[-20000:] + ran.stderr[-20000:])
+        for metrics in (["--metrics", ",".join(METRICS)], []):  # without them where this ncu lacks one
+            command = ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", f"{RANGE}/",
+                       *[arg for s in SECTIONS for arg in ("--section", s)], *metrics, "-f", "-o", str(report),
+                       sys.executable, __file__, "--call", str(library)]
+            ran = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            with open(out / f"profile-{kernel_id}.log", "a") as log:
+                log.write(f"$ {' '.join(command)}\n{ran.stdout[-20000:]}{ran.stderr[-20000:]}\n")
+            if ran.returncode == 0 and Path(f"{report}.ncu-rep").is_file():
+                break
         if not Path(f"{report}.ncu-rep").is_file():
             return None
         plain = read_csv(Path(f"{report}.ncu-rep"), False)
