@@ -197,3 +197,20 @@ def test_a_child_that_beats_its_parent_files_the_proposed_question(store):
     assert filed["text"] == "Does every warp read the same K row from shared memory at the same time?"
     assert filed["triggers"] == ["stagnation"] and filed["layers"] == ["memory"]
     assert filed["status"] == "proposed" and filed["from_individual"] == 11
+
+
+def test_a_question_crossover_pairs_kernels_each_with_code_the_other_lacks():
+    """Of a kernel and one that holds it whole (#190 was #137 plus lines), or two that differ in knob values only,
+    a crossover can only give one back: answerers said `Change: none`. Comments and indentation do not count."""
+    from evokernel.mutations.operators.questions import QuestionCrossover
+
+    base = "#define TILE 64  // @knob 32,64\nint f(int x) {\n  return x * TILE;\n}\n"
+    kernels = {"base": base, "retuned": base.replace("TILE 64", "TILE 32"),
+               "commented": base.replace("int f", "// why\nint  f").replace("  return", "      return"),
+               "extended": base.replace("  return", "  x += 1;\n  return"),
+               "changed": base.replace("x * TILE", "x + TILE")}
+    mates = {(a, b) for a in kernels for b in kernels
+             if a != b and QuestionCrossover.mates(parent(1, kernels[a]), parent(2, kernels[b]))}
+    assert mates == {("base", "changed"), ("changed", "base"), ("retuned", "changed"), ("changed", "retuned"),
+                     ("commented", "changed"), ("changed", "commented"), ("extended", "changed"),
+                     ("changed", "extended")}

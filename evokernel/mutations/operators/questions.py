@@ -22,7 +22,7 @@ from evokernel.mutations import Context, Option, Parent, Proposal, ProposalFaile
 from evokernel.mutations.edits import parse_answer
 from evokernel.mutations.llm import LLMClient
 from evokernel.mutations.prompts import crossover_prompt, mutation_prompt, repair_prompt
-from evokernel.source import source_hash
+from evokernel.source import each_has_its_own, source_hash
 
 
 def build_services(config: RunConfig, store) -> dict:
@@ -106,6 +106,13 @@ class QuestionCrossover(QuestionOperator):
 
     name = "question-crossover"
     arity = 2
+
+    @staticmethod
+    def mates(first, other) -> bool:
+        """A second parent with code of its own beside the first's, and the first with code the second lacks: of
+        two kernels one of which holds the other whole (#190, #137 plus lines), or that differ in knob values only,
+        a crossover can only give one back, and its answer is `Change: none`."""
+        return each_has_its_own(first.source, other.source)
 
     def __call__(self, parents: list[Parent], context: Context) -> Proposal:
         if len(parents) < 2 or parents[0].source == parents[1].source:
