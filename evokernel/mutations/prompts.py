@@ -257,7 +257,7 @@ def _lineage(parent: Parent, task: Task, which: str) -> str:
 def _elsewhere(answers: str) -> str:
     """Earlier answers to the same question from kernels the histories above leave out: an answerer saw only its
     own line and tried again what had lost on another (K/V multicast, 17% slower there)."""
-    return (f"## This question asked of other kernels of this run (latest last)\n{answers.strip()}\n"
+    return (f"\n## This question asked of other kernels of this run (latest last)\n{answers.strip()}\n"
             if answers.strip() else "")
 
 
@@ -265,7 +265,7 @@ def mutation_prompt(parent: Parent, question: Question, trigger: str, task: Task
                     propose_question: bool = False, elsewhere: str = "") -> str:
     """One parent and a question about it (`elsewhere`: the question's earlier answers outside its history)."""
     body = (_kernel_section(parent, task, "The kernel") + "\n" + _lineage(parent, task, "this kernel")
-            + (f"\n{_elsewhere(elsewhere)}" if elsewhere.strip() else ""))
+            + _elsewhere(elsewhere))
     return _frame(question, trigger, body, task, parent.report, propose_question)
 
 
@@ -343,7 +343,7 @@ def crossover_prompt(first: Parent, second: Parent, question: Question, task: Ta
             + (f"\n{compared}" if compared else "") + "\n" + parents_differ(first, second)
             + "".join(f"\n{_lineage(parent, task, which)}"
                       for parent, which in ((first, "kernel A"), (second, "kernel B")) if parent.lineage.strip())
-            + (f"\n{_elsewhere(elsewhere)}" if elsewhere.strip() else "")
+            + _elsewhere(elsewhere)
             + "\nWrite one kernel that keeps what makes each of them fast. SEARCH/REPLACE edits apply to kernel A.\n")
     return _frame(question, "crossover", body, task, first.report or second.report, propose_question)
 

@@ -18,7 +18,7 @@ from evokernel.harness import Task
 from evokernel.mutations import Context, Operator, Parent, registered_operators
 from evokernel.mutations.edits import CHANGE_SHOWN, CHANGE_SHOWN_GAINED, stated_change
 from evokernel.population import Kernel
-from evokernel.store import Individual, KernelNote, Outcome, Store, kernel_notes
+from evokernel.store import Individual, Outcome, Store, kernel_notes
 
 LINEAGE_DEPTH = 8  # steps of a parent's first-parent line an operator is told of
 CHILDREN_SHOWN = 6  # children already made from a parent an operator is told of (the latest)
@@ -69,14 +69,8 @@ def parent_view(store: Store, kernel: Kernel | Individual, source: str | None = 
 
 def notes_shown(store: Store, kernel_id: int) -> str:
     """The kernel's latest notes (NOTES_SHOWN), each with who gave it and when, oldest first."""
-    shown = kernel_notes(store.run_dir, kernel_id)[-NOTES_SHOWN:]
-    return "".join(f"From {note.by or 'an unnamed source'}, {note_time(note)}:\n{note.text.strip()}\n\n"
-                   for note in shown)
-
-
-def note_time(note: KernelNote) -> str:
-    stamp = note.note_id.split("-")[0]
-    return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} UTC"
+    return "".join(f"From {note.by or 'an unnamed source'}, {note.written}:\n{note.text.strip()}\n\n"
+                   for note in kernel_notes(store.run_dir, kernel_id, latest=NOTES_SHOWN))
 
 
 def lineage_summary(store: Store, kernel_id: int) -> str:
@@ -168,10 +162,10 @@ def _step(store: Store, child: Individual, parent: Individual, texts: dict[str, 
     knobs = (f" ({', '.join(changed[:KNOB_CHANGES_SHOWN])}" + (", ..." if len(changed) > KNOB_CHANGES_SHOWN else "")
              + ")") if changed else ""
     outcome = f"{_fitness(parent)} -> {_fitness(child)}"
-    gained = (child.status == "correct" and parent.status == "correct" and bool(child.fitness and parent.fitness)
-              and child.fitness > parent.fitness)
-    if child.status == "correct" and parent.status == "correct" and child.fitness and parent.fitness:
+    compared = child.status == parent.status == "correct" and bool(child.fitness and parent.fitness)
+    if compared:
         outcome += f" ({100 * (child.fitness / parent.fitness - 1):+.1f}%{_per_scenario(child, parent)})"
+    gained = compared and child.fitness > parent.fitness
     change = (stated_change(store.llm_response(child.llm_call_id), CHANGE_SHOWN_GAINED if gained else CHANGE_SHOWN)
               if child.llm_call_id else None)
     return (f"#{child.id} from #{parent.id}{others} by {child.operator}{question}{knobs}: {outcome}"

@@ -31,6 +31,12 @@ class KernelNote:
     by: str | None
     text: str
 
+    @property
+    def written(self) -> str:
+        """When it was written, to the minute: `2026-12-03 15:44 UTC`."""
+        stamp = self.note_id
+        return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]} UTC"
+
 
 def add_note(run_dir: Path, kernel_id: int, text: str, by: str | None = None) -> Path:
     """Put a note on kernel `kernel_id` in one step; BadInput when it is empty or too long for a prompt."""
@@ -51,8 +57,9 @@ def new_note_id() -> str:
     return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}-{secrets.token_hex(3)}"
 
 
-def kernel_notes(run_dir: Path, kernel_id: int) -> list[KernelNote]:
-    """The kernel's notes, oldest first (hidden and partial files left out)."""
+def kernel_notes(run_dir: Path, kernel_id: int, latest: int | None = None) -> list[KernelNote]:
+    """The kernel's notes, oldest first (hidden and partial files left out); with `latest`, only the latest that
+    many are read."""
     folder = Path(run_dir) / NOTES_DIR / str(kernel_id)
     try:
         names = sorted(entry.name for entry in os.scandir(folder)
@@ -60,7 +67,7 @@ def kernel_notes(run_dir: Path, kernel_id: int) -> list[KernelNote]:
     except FileNotFoundError:
         return []
     notes = []
-    for name in names:
+    for name in names[-latest:] if latest else names:
         text = (folder / name).read_bytes().decode("utf-8", errors="replace")
         match = NOTE_BY.match(text)
         notes.append(KernelNote(kernel_id, name[:-3], match.group(1) if match else None,
